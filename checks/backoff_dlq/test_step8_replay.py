@@ -1,0 +1,64 @@
+"""Step 8: replay.py moves the DLQ entry back to q:tasks with attempts 0, once, and exits."""
+import json
+
+import pytest
+
+from retrylab.checks.backoff_dlq import observe
+from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, same_original, shorten
+from retrylab.fixtures import messages
+from retrylab.verdict import fail
+
+pytestmark = pytest.mark.step(8)
+QUIET_LIMIT = 3.0   # a replay still running this long after everything went quiet is a loop
+
+
+def _dlq_entry(worker_run) -> tuple[bytes, str]:
+    """The learner's own DLQ entry when their worker produced a usable one, else a lab-format one."""
+    bad = worker_run.bad
+    for raw in observe.dlq_entries(worker_run.dlq):
+        value, problem = decode_json(raw)
+        if not problem and not same_original(value, bad):
+            return raw, ""
+    entry = messages.lab_dlq_entry(bad, error=f"task {bad['id']}: kind=bad is rejected by taskproc")
+    return entry.encode(), ("Your worker did not leave a usable DLQ entry (see steps 6-7), so this check "
+                            f"seeded one in the lab's format: {shorten(entry, 200)}")
+
+
+def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_backend, step, request):
+    raw, note = _dlq_entry(worker_run)
+    prefix = f"{note}\n" if note else ""
+    with redis_backend.private() as endpoint, endpoint.client() as client:
+        client.rpush(messages.DLQ, raw)
+        run = learner.run("replay.py", endpoint, timeout=step.timeout,
+                          stop_when=lambda progress: progress.quiet_for() > QUIET_LIMIT)
+        queue = client.lrange(messages.QUEUE, 0, 10) if client.type(messages.QUEUE) == b"list" else None
+        queue_type = client.type(messages.QUEUE).decode()
+        dlq_left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else client.exists(messages.DLQ)
+    observe.attach(request.node, run)
+    if note:
+        request.node.user_properties.append(("retrylab_output", note))
+    observe.require_script(run, "replay.py")
+    result = run.result
+    if result.stopped:
+        fail(f"{prefix}replay.py was still running {result.seconds:.0f} s after it started; it must be an explicit "
+             f"one-shot command that moves the entry and exits, never a loop consuming the DLQ.")
+    if result.returncode != 0:
+        fail(f"{prefix}{observe.how_it_ran(run)}")
+    if dlq_left:
+        fail(f"{prefix}{messages.DLQ} still holds {dlq_left} entr{'y' if dlq_left == 1 else 'ies'} after replay.py; "
+             f"the replayed entry must be removed from the DLQ, not copied.")
+    if queue_type not in ("list", "none"):
+        fail(f"{prefix}{messages.QUEUE} is a Redis {queue_type} after replay.py; it must stay a list.")
+    if not queue or len(queue) != 1:
+        fail(f"{prefix}{messages.QUEUE} holds {len(queue or [])} messages after replay.py; expected exactly 1, "
+             f"the replayed message.")
+    value, problem = decode_json(queue[0])
+    if problem:
+        fail(f"{prefix}the replayed message is {problem}: {shorten(queue[0].decode('utf-8', 'replace'))}")
+    difference = same_original(value, worker_run.bad)
+    if difference:
+        fail(f"{prefix}the replayed message must carry the original payload: {difference}")
+    attempts = value.get("attempts") if isinstance(value, dict) else None
+    if isinstance(value, dict) and "attempts" in value and attempts_of(value) != 0:
+        fail(f"{prefix}the replayed message carries attempts={shorten(json.dumps(attempts))}; "
+             f"reset it to 0 so the message gets its full set of retries again.")

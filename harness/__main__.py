@@ -1,0 +1,5 @@
+import sys
+
+from retrylab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,31 @@
+"""Loaded by every Python process a learner's script starts: its folder, and nothing else, is put
+first on PYTHONPATH, so no harness module can shadow a learner's module of the same name.
+
+Three things make learner code run unchanged yet hermetically and fast:
+1. every redis-py connection (sync and asyncio, any host/port/URL/unix socket) goes to the check's
+   private server, named by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
+2. `import taskproc` gives the harness's instrumented module (RETRYLAB_TASKPROC), so a real
+   /opt/app on a lab machine cannot shadow it;
+3. time is virtual: sleeping returns at once and moves the clocks forward, so a worker that
+   backs off for 15 s is graded in well under a second.
+Everything here must be cheap: it runs at the start of every learner process.
+"""
+import os
+import sys
+
+
+def _install():
+    if os.environ.get("RETRYLAB_SITE_ACTIVE") != "1":
+        return
+    from retrylab.learner_site import redirect, virtual_clock, taskproc_loader
+    virtual_clock.install()
+    taskproc_loader.install(os.environ.get("RETRYLAB_TASKPROC", ""))
+    redirect.install(os.environ.get("RETRYLAB_REDIS_HOST", "127.0.0.1"),
+                     int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")))
+
+
+try:
+    _install()
+except Exception as exc:  # never let the harness's own setup look like the learner's bug
+    sys.stderr.write(f"retrylab: could not prepare the learner process: {exc!r}\n")
+    os._exit(97)

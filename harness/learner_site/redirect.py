@@ -1,0 +1,39 @@
+"""Send every redis-py connection of a learner process to the check's private server.
+
+Whatever the learner wrote (`Redis()`, `Redis.from_url(...)`, `StrictRedis(host=..., port=...)`, a
+unix socket, TLS, a password, another db index), the connection pool is rewritten to plain TCP to
+the private server, database 0, no credentials: the private server has none, and the checks read
+database 0 as the lab's own test does. Patching the pools (not each call site) covers sync and
+asyncio clients, pipelines and pub/sub alike.
+"""
+from retrylab.learner_site.import_hooks import after_import
+
+_DROPPED = ("path", "username", "password", "credential_provider", "ssl_keyfile", "ssl_certfile",
+            "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_ca_path", "ssl_check_hostname",
+            "ssl_password", "ssl_validate_ocsp", "ssl_validate_ocsp_stapled", "ssl_ocsp_context",
+            "ssl_ocsp_expected_cert", "ssl_min_version", "ssl_ciphers", "ssl_exclude_verify_flags",
+            "ssl_include_verify_flags", "ssl_context")
+
+
+def _patch_pool_module(module, host: str, port: int) -> None:
+    tcp_class = module.Connection
+    pool_class = module.ConnectionPool
+    original_init = pool_class.__init__
+
+    def init(self, *args, **kwargs):
+        args = list(args)
+        connection_class = args.pop(0) if args else kwargs.pop("connection_class", tcp_class)
+        if not isinstance(connection_class, type) or not issubclass(connection_class, tcp_class) \
+                or connection_class is not tcp_class and issubclass(connection_class, module.SSLConnection):
+            connection_class = tcp_class  # unix sockets and TLS become plain TCP to the private server
+        for name in _DROPPED:
+            kwargs.pop(name, None)
+        kwargs.update(host=host, port=port, db=0)
+        original_init(self, connection_class, *args, **kwargs)
+
+    pool_class.__init__ = init
+
+
+def install(host: str, port: int) -> None:
+    after_import("redis.connection", lambda m: _patch_pool_module(m, host, port))
+    after_import("redis.asyncio.connection", lambda m: _patch_pool_module(m, host, port))

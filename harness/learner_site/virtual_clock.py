@@ -1,0 +1,100 @@
+"""A virtual clock for learner processes: sleeping costs no real time.
+
+time-machine moves `time.time()` and `datetime.now()`; it does not move `time.monotonic()` or
+`perf_counter()` (measured), so those are patched here to follow the same offset, or a worker that
+schedules retries by the monotonic clock would spin in real time. Time still ticks with real time
+between sleeps (tick=True), so a busy-wait on `time.time()` ends as it would.
+"""
+import sys
+import threading
+import time
+import types
+
+_offset = 0.0
+_offset_lock = threading.Lock()
+_traveller = None
+_real_sleep = time.sleep
+_real_monotonic = time.monotonic
+_real_monotonic_ns = time.monotonic_ns
+_real_perf_counter = time.perf_counter
+_real_perf_counter_ns = time.perf_counter_ns
+_real_event_wait = threading.Event.wait
+# A real pause per sleep call, so that a polling loop (`while True: lpop(); sleep(1)`) yields the
+# CPU instead of spinning, yet costs about a millisecond per virtual second.
+_REAL_PAUSE = 0.001
+
+
+def advance(seconds: float) -> None:
+    """Move every clock of this process forward by `seconds`."""
+    global _offset
+    if seconds <= 0:
+        return
+    with _offset_lock:
+        _offset += seconds
+        _traveller.shift(seconds)
+
+
+def offset() -> float:
+    return _offset
+
+
+def sleep(seconds) -> None:
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    advance(float(seconds))
+    _real_sleep(min(float(seconds), _REAL_PAUSE))
+
+
+def monotonic() -> float:
+    return _real_monotonic() + _offset
+
+
+def monotonic_ns() -> int:
+    return _real_monotonic_ns() + int(_offset * 1e9)
+
+
+def perf_counter() -> float:
+    return _real_perf_counter() + _offset
+
+
+def perf_counter_ns() -> int:
+    return _real_perf_counter_ns() + int(_offset * 1e9)
+
+
+def _event_wait(self, timeout=None):
+    # `stop.wait(backoff)` is a common way to sleep interruptibly: treat a timeout as a virtual sleep.
+    if timeout is None or _real_event_wait(self, 0):
+        return _real_event_wait(self, timeout)
+    sleep(max(0.0, float(timeout)))
+    return _real_event_wait(self, 0)
+
+
+async def _asyncio_sleep(delay, result=None):
+    advance(float(delay))
+    return await _real_asyncio_sleep(0, result)
+
+
+_real_asyncio_sleep = None
+
+
+def _patch_asyncio(module) -> None:
+    global _real_asyncio_sleep
+    _real_asyncio_sleep = module.sleep
+    module.sleep = _asyncio_sleep
+    if "asyncio.tasks" in sys.modules:
+        sys.modules["asyncio.tasks"].sleep = _asyncio_sleep
+
+
+def install() -> None:
+    global _traveller
+    import time_machine
+
+    _traveller = time_machine.travel(time.time(), tick=True).start()
+    time.sleep = sleep
+    time.monotonic, time.monotonic_ns = monotonic, monotonic_ns
+    time.perf_counter, time.perf_counter_ns = perf_counter, perf_counter_ns
+    threading.Event.wait = _event_wait
+    from retrylab.learner_site.import_hooks import after_import
+    after_import("asyncio", _patch_asyncio)
+    # taskproc reaches the clock through sys.modules, without importing the harness.
+    sys.modules["retrylab_virtual_clock"] = types.SimpleNamespace(advance=advance, offset=offset)

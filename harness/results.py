@@ -1,0 +1,55 @@
+"""The one result model. Every reporter is a pure function of a `Report`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StepResult:
+    name: str                 # "worker" for lab steps, "advanced:<id>" for advanced checks
+    title: str
+    status: str               # "pass" | "fail" | "error" (the harness could not judge it)
+    message: str = ""         # what was expected, what was observed, and the hint
+    output: str = ""          # what the learner's scripts printed (bounded)
+    seconds: float = 0.0
+    number: int | None = None  # the lab step number; None for advanced checks
+    weight: float = 1.0
+
+    @property
+    def advanced(self) -> bool:
+        return self.number is None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+@dataclass(frozen=True)
+class Report:
+    exercise_id: str
+    exercise_title: str
+    submission: str
+    backend: str
+    harness_version: str
+    results: tuple[StepResult, ...]
+    seconds: float = 0.0
+    harness_error: str = ""   # one line: why the harness could not grade (exit status 2)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def lab_results(self) -> tuple[StepResult, ...]:
+        return tuple(r for r in self.results if not r.advanced)
+
+    @property
+    def advanced_results(self) -> tuple[StepResult, ...]:
+        return tuple(r for r in self.results if r.advanced)
+
+    @property
+    def lab_passed(self) -> bool:
+        return all(r.passed for r in self.lab_results)
+
+    def exit_status(self, strict: bool = False) -> int:
+        if self.harness_error or any(r.status == "error" for r in self.results):
+            return 2
+        checked = self.results if strict else self.lab_results
+        return 0 if all(r.passed for r in checked) else 1

@@ -1,0 +1,29 @@
+"""How a check says "this step fails": raise CheckFailed with a message a learner can act on."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+MESSAGE_LIMIT = 4000
+
+
+class CheckFailed(Exception):
+    """The learner's submission does not meet the step; the message says why."""
+
+    def __init__(self, message: str):
+        if len(message) > MESSAGE_LIMIT:
+            message = message[:MESSAGE_LIMIT - 40] + "\n[... message shortened ...]"
+        super().__init__(message)
+        self.message = message
+
+
+def fail(message: str) -> NoReturn:
+    raise CheckFailed(message)
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        fail(message)
+
+
+def indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
