@@ -36,8 +36,7 @@ class _Collector:
         number = _step_of(report)
         if number is None:
             return
-        if report.when == "call" or report.failed:
-            self.by_step.setdefault(number, []).append(report)
+        self.by_step.setdefault(number, []).append(report)  # every phase: setup time is the step's too
 
 
 def _step_of(report) -> int | None:
@@ -56,6 +55,8 @@ def _step_result(step: exercises.Step, reports: list) -> StepResult:
     seconds = sum(r.duration for r in reports)
     output = "\n".join(v for r in reports for k, v in r.user_properties if k == OUTPUT_KEY)
     failed = [r for r in reports if r.failed]
+    if not any(r.when == "call" for r in reports) and not failed:
+        return StepResult(status="error", message="the check for this step did not run", **base)
     if not failed:
         return StepResult(status="pass", output=output, seconds=seconds, **base)
     verdicts = [r for r in failed if VERDICT in r.user_properties]

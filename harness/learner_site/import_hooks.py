@@ -3,13 +3,12 @@
 Importing redis or asyncio in every learner process just to patch them would cost most of a
 process's start-up; a learner script that never uses them should not pay for it.
 """
-import importlib.abc
 import sys
 
 _callbacks: dict = {}
 
 
-class _AfterImportFinder(importlib.abc.MetaPathFinder):
+class _AfterImportFinder:  # a meta path finder; not subclassing importlib.abc saves its import
     def find_spec(self, fullname, path, target=None):
         if fullname not in _callbacks:
             return None

@@ -85,9 +85,23 @@ def _patch_asyncio(module) -> None:
         sys.modules["asyncio.tasks"].sleep = _asyncio_sleep
 
 
+def _import_time_machine():
+    # time-machine imports pytest (and dateutil) only for its own test fixtures when they are
+    # installed; that is most of its import time in every learner process. Hide them while it loads.
+    hidden = [name for name in ("pytest", "dateutil", "dateutil.parser") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        import time_machine
+    finally:
+        for name in hidden:
+            sys.modules.pop(name, None)
+    return time_machine
+
+
 def install() -> None:
     global _traveller
-    import time_machine
+    time_machine = _import_time_machine()
 
     _traveller = time_machine.travel(time.time(), tick=True).start()
     time.sleep = sleep
