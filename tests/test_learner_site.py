@@ -1,0 +1,81 @@
+"""The learner process's environment: redirected Redis, instrumented taskproc, virtual clock."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from retrylab.backends import FakeBackend, RedisServerBackend
+from retrylab.runner import LearnerRunner
+
+CONNECT_STYLES = {
+    "default": "redis.Redis()",
+    "host-port": "redis.StrictRedis(host='localhost', port=6379, decode_responses=True)",
+    "from-url-env": "redis.Redis.from_url(os.environ['REDIS_URL'])",
+    "from-url-literal": "redis.Redis.from_url('redis://:hunter2@db.example:6380/4')",
+    "unix-socket": "redis.Redis(unix_socket_path='/var/run/redis/redis.sock')",
+    "tls": "redis.Redis(host='localhost', port=6380, ssl=True)",
+    "blocking-pool": "redis.Redis(connection_pool=redis.BlockingConnectionPool(host='10.0.0.1'))",
+}
+
+
+@pytest.fixture(params=["fake", "redis-server"])
+def backend(request):
+    backend = FakeBackend() if request.param == "fake" else RedisServerBackend()
+    backend.start()
+    yield backend
+    backend.stop()
+
+
+def _run(tmp_path, backend, code: str):
+    folder = tmp_path / "submission"
+    folder.mkdir(exist_ok=True)
+    (folder / "script.py").write_text(code)
+    with backend.private() as endpoint, endpoint.client() as client:
+        run = LearnerRunner(folder).run("script.py", endpoint, timeout=30)
+        keys = {k: client.lrange(k, 0, -1) for k in client.keys("*")}
+    return run, keys
+
+
+@pytest.mark.parametrize("style", sorted(CONNECT_STYLES))
+def test_every_connection_style_reaches_the_private_server(tmp_path, backend, style):
+    code = f"import os, redis\nr = {CONNECT_STYLES[style]}\nr.rpush('seen', 'yes')\n"
+    run, keys = _run(tmp_path, backend, code)
+    assert run.result.returncode == 0, run.result.stderr
+    assert keys == {b"seen": [b"yes"]}
+
+
+def test_asyncio_client_is_redirected(tmp_path, backend):
+    code = ("import asyncio, redis.asyncio as aredis\n"
+            "async def main():\n    r = aredis.Redis(host='example.invalid', port=1)\n"
+            "    await r.rpush('seen', 'async')\n    await r.aclose()\nasyncio.run(main())\n")
+    run, keys = _run(tmp_path, backend, code)
+    assert run.result.returncode == 0, run.result.stderr
+    assert keys == {b"seen": [b"async"]}
+
+
+def test_taskproc_is_the_instrumented_one_even_with_opt_app_on_the_path(tmp_path, backend):
+    code = ("import sys\nsys.path.insert(0, '/opt/app')\nimport taskproc\n"
+            "print(taskproc.process({'id': 'a', 'kind': 'good'}))\n"
+            "try:\n    taskproc.process({'id': 'b', 'kind': 'bad'})\nexcept RuntimeError as e:\n    print('raised', e)\n")
+    run, _ = _run(tmp_path, backend, code)
+    assert "raised task b: kind=bad" in run.result.stdout, run.result.stderr
+    assert [(c.id, c.outcome) for c in run.calls] == [("a", "ok"), ("b", "error")]
+
+
+def test_sleeping_is_virtual_and_every_clock_follows(tmp_path):
+    code = ("import time, datetime, asyncio, threading\n"
+            "t, m, p, d = time.time(), time.monotonic(), time.perf_counter(), datetime.datetime.now()\n"
+            "time.sleep(15)\nasyncio.run(asyncio.sleep(100))\nthreading.Event().wait(1000)\n"
+            "import json\nprint(json.dumps([time.time() - t, time.monotonic() - m, time.perf_counter() - p,"
+            " (datetime.datetime.now() - d).total_seconds()]))\n")
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "clock.py").write_text(code)
+    backend = FakeBackend()
+    with backend.private() as endpoint:
+        run = LearnerRunner(folder).run("clock.py", endpoint, timeout=30)
+    elapsed = json.loads(run.result.stdout)
+    assert all(1115 <= e < 1125 for e in elapsed), elapsed
+    assert run.result.seconds < 10  # 1115 s of sleeps, graded in real time far shorter

@@ -1,0 +1,92 @@
+"""Learner scripts run contained: time limit, bounded output, allowlisted environment, a copy."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from retrylab.sandbox import CappedBuffer, Limits, Sandbox
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        h.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _submission(tmp_path: Path, **scripts: str) -> Path:
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    for name, code in scripts.items():
+        (folder / f"{name}.py").write_text(code)
+    return folder
+
+
+def test_a_script_that_hangs_is_stopped_at_its_time_limit(tmp_path):
+    folder = _submission(tmp_path, hang="import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass\n")
+    with Sandbox(folder) as box:
+        result = box.run("hang.py", env={}, timeout=1.0)
+    assert result.stopped == "timeout" and result.returncode is None
+    assert "still running" in result.describe()
+
+
+def test_output_is_bounded_and_says_how_much_was_dropped(tmp_path):
+    folder = _submission(tmp_path, noisy="import sys\nfor i in range(200000): print('line', i)\n")
+    with Sandbox(folder, Limits(output_bytes=4096)) as box:
+        result = box.run("noisy.py", env={}, timeout=30)
+    assert result.returncode == 0
+    assert result.stdout.startswith("line 0\n") and "line 199999" in result.stdout
+    assert "bytes not shown" in result.stdout and len(result.stdout) < 4096 + 200
+
+
+def test_capped_buffer_keeps_head_and_tail():
+    buffer = CappedBuffer(10)
+    for chunk in (b"abc", b"defgh", b"ijklmnop"):
+        buffer.feed(chunk)
+    assert buffer.text().startswith("abcde") and buffer.text().endswith("lmnop")
+    assert buffer.dropped == 6
+
+
+def test_environment_is_an_allowlist(tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "secret-token-value")
+    folder = _submission(tmp_path, env="import os\nprint(sorted(os.environ))\nprint(os.environ.get('GITHUB_TOKEN'))\n")
+    with Sandbox(folder) as box:
+        result = box.run("env.py", env={"REDIS_URL": "redis://x"}, timeout=20)
+    assert "secret-token-value" not in result.stdout and "GITHUB_TOKEN" not in result.stdout
+    assert "REDIS_URL" in result.stdout and "'TZ'" in result.stdout
+
+
+def test_the_submission_is_unchanged_and_the_copy_removed(tmp_path):
+    folder = _submission(tmp_path, scribble="import os, shutil\nopen('new.txt','w').write('x')\nos.remove('scribble.py')\n")
+    before = _digest(folder)
+    with Sandbox(folder) as box:
+        result = box.run("scribble.py", env={}, timeout=20)
+        workdir = box.workdir
+    assert result.returncode == 0, result.stderr
+    assert _digest(folder) == before
+    assert not workdir.exists()
+
+
+def test_memory_limit_stops_a_runaway_allocation(tmp_path):
+    folder = _submission(tmp_path, hog="x = []\nwhile True: x.append(bytearray(50 << 20))\n")
+    with Sandbox(folder, Limits(memory_bytes=512 << 20)) as box:
+        result = box.run("hog.py", env={}, timeout=30)
+    assert result.crashed and "MemoryError" in result.stderr
+
+
+def test_processes_left_behind_in_the_group_are_killed(tmp_path):
+    marker = tmp_path / "pid"
+    folder = _submission(tmp_path, forker=f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\nopen({str(marker)!r}, 'w').write(str(p.pid))\n")
+    with Sandbox(folder) as box:
+        result = box.run("forker.py", env={}, timeout=20)
+    assert result.returncode == 0, result.stderr
+    pid = int(marker.read_text())
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        assert state == "Z", "the child outlived grading"
+    except ProcessLookupError:
+        pass
