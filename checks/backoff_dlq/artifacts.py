@@ -1,0 +1,507 @@
+"""Parsers for the files a learner writes in backoff-dlq: steps 2 (requeue.out), 3 (schedule.txt),
+4 (jitter.txt) and 5 (capped.txt).
+
+Each parser takes the file's raw bytes (``None`` when the file is missing), never raises, and returns
+a :class:`Parsed`: the waits when the file is right, else one sentence that says what was expected,
+what was seen (the offending line quoted through :func:`messages.shorten`, with its line number)
+and how to fix it. Values are checked here too, not only the form.
+
+Lenient (a careful grader accepts these, see README.md in this folder):
+- LF, CRLF or CR line endings; a final newline or none; a UTF-8 byte-order mark;
+- blank (whitespace-only) lines anywhere: skipped, but line numbers in messages are the editor's;
+- leading/trailing whitespace on a line (including tabs and non-breaking spaces); any run of
+  whitespace between ``attempt=<n>`` and ``wait=<s>``; spaces around ``=``;
+- numbers as Python's ``float`` writes or reads them in ASCII: ``1``, ``1.0``, ``1.000``, ``1.``,
+  ``.5``, ``8e0``, ``3.2E+1``, leading zeros; a leading ``+`` is accepted too: it is unambiguous
+  and the value, not its spelling, is what the step is about. ``-`` parses, so that a negative wait
+  is reported as negative rather than as "not a number";
+- attempt numbers as ASCII integers (``attempt=00`` is attempt 0).
+
+Strict (each rejected with its own message): a missing, empty, binary, UTF-16 or non-UTF-8 file;
+another form than ``attempt=<n> wait=<s>`` in schedule.txt (upper-case keys, ``wait: 1``, CSV, JSON,
+units such as ``1s``, decimal commas, extra words, comments); a wrong count of lines; attempts
+numbered 1..N or out of order; NaN/inf; wrong values (the first one is named, with what it should
+be and the formula); in capped.txt, a file that mixes bare numbers and ``attempt=…`` lines.
+
+Huge inputs are cheap: lines are found by a C-level regex scan, at most a few more lines than
+expected are parsed, counting stops at ``_COUNT_CAP``, and quoted text is shortened before it is
+escaped.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+from . import messages
+from .messages import MAX_PROBLEM, shorten
+
+__all__ = [
+    "CAPPED_WAITS",
+    "JITTER_COUNT",
+    "JITTER_MAX",
+    "JITTER_MIN_DISTINCT",
+    "Parsed",
+    "SCHEDULE_WAITS",
+    "parse_capped",
+    "parse_jitter",
+    "parse_schedule",
+    "requeue_out_shows_attempts",
+]
+
+SCHEDULE_WAITS = (1, 2, 4, 8, 16, 32)  # 1 s * 2**n, n = 0..5
+CAPPED_WAITS = (1, 2, 4, 8, 16, 30, 30, 30, 30)  # min(30, 1 s * 2**n), n = 0..8
+CAP = 30
+JITTER_COUNT = 20
+JITTER_MAX = 8  # min(cap, 1 s * 2**3)
+JITTER_MIN_DISTINCT = 15
+
+_MAX_LINE_CHARS = 200  # far longer than any right line; longer lines are reported by length
+_COUNT_CAP = 10_000  # count non-blank lines up to this many past the parsed ones, then stop
+_QUOTE = 120  # a quoted line is at most this long
+_KEYED_FORM = "`attempt=<n> wait=<seconds>`"
+_ELLIPSIS = "\u2026"
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What a parser made of a file: ``ok`` with the waits in order, or not ``ok`` with a problem."""
+
+    ok: bool
+    values: tuple[float, ...] = ()
+    problem: str = ""  # "" if ok; else one sentence for the learner, at most MAX_PROBLEM chars
+
+
+class _Reject(Exception):
+    """Internal: carries the learner-facing problem out of the nested checks."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+
+
+def _bound(problem: str) -> str:
+    if len(problem) <= MAX_PROBLEM:
+        return problem
+    return problem[: MAX_PROBLEM - 1] + _ELLIPSIS
+
+
+def _parser(name: str):
+    """Decorator: ``_Reject`` becomes a failed Parsed; any other exception too (unless testing)."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs) -> Parsed:
+            try:
+                return fn(*args, **kwargs)
+            except _Reject as rejected:
+                return Parsed(False, (), _bound(rejected.problem))
+            except Exception as exc:  # noqa: BLE001 - a grader must not show a traceback
+                if messages._RAISE_INTERNAL_ERRORS:
+                    raise
+                return Parsed(False, (), _bound(
+                    f"the grader could not read {name} (internal error {type(exc).__name__});"
+                    " this is a bug in the grader, not in your file"))
+
+        return wrapper
+
+    return deco
+
+
+# --------------------------------------------------------------------------------------------
+# reading text and lines
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_NONBLANK = re.compile(r"\S[^\n]*")  # from a line's first non-space character to its end
+
+
+def _file_text(name: str, data, wanted: str) -> str:
+    """The file's text with line endings normalised to LF, or _Reject."""
+    if data is None:
+        raise _Reject(f"{name} is missing from your submission: create it with {wanted}")
+    if isinstance(data, str):
+        text = data
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = data.tobytes() if isinstance(data, memoryview) else bytes(data)
+        if not raw:
+            raise _Reject(f"{name} is empty: expected {wanted}")
+        if raw.startswith(_UTF16_BOMS):
+            raise _Reject(f"{name} is UTF-16 text: save it as plain UTF-8 text with {wanted}")
+        nul = raw.find(b"\x00")
+        if nul >= 0:
+            raise _Reject(f"{name} is not a text file (it has a NUL byte at offset {nul}):"
+                          f" expected {wanted}")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Reject(f"{name} is not a text file (byte 0x{raw[exc.start]:02x} at offset"
+                          f" {exc.start} is not UTF-8): expected {wanted}") from None
+    else:
+        raise _Reject(f"{name} could not be read as a file (got {type(data).__name__}):"
+                      f" expected {wanted}")
+    if not text:
+        raise _Reject(f"{name} is empty: expected {wanted}")
+    if "\x00" in text:
+        raise _Reject(f"{name} is not a text file (it has a NUL character): expected {wanted}")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def _nonblank_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, stripped text) of each line that is not blank, lazily."""
+    lineno, pos = 1, 0
+    for match in _NONBLANK.finditer(text):
+        start = match.start()
+        lineno += text.count("\n", pos, start)
+        pos = start
+        yield lineno, match.group().rstrip()
+
+
+def _take(lines: Iterator[tuple[int, str]], wanted_count: int) -> tuple[list[tuple[int, str]], str]:
+    """The first ``wanted_count + 1`` lines, and how many non-blank lines there are, as text."""
+    head = list(itertools.islice(lines, wanted_count + 1))
+    rest = sum(1 for _ in itertools.islice(lines, _COUNT_CAP))
+    total = len(head) + rest
+    if next(lines, None) is not None:
+        return head, f"more than {total}"
+    return head, str(total)
+
+
+def _quote(line: str) -> str:
+    return f"'{shorten(line, _QUOTE)}'"
+
+
+def _check_length(name: str, lineno: int, line: str, form: str) -> None:
+    if len(line) > _MAX_LINE_CHARS:
+        raise _Reject(f"line {lineno} of {name} is {len(line)} characters long"
+                      f" ('{shorten(line, 60)}'): expected {form}")
+
+
+# --------------------------------------------------------------------------------------------
+# numbers and line forms
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NONFINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+_WITH_UNIT = re.compile(r"[+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?\s*(?:s|sec|secs|second|seconds|ms)",
+                        re.IGNORECASE)
+_DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,[0-9]+")
+_SEVERAL = re.compile(r"[^\s,;]+(?:[\s,;]+[^\s,;]+)+")
+_NUMBERS_RUN = re.compile(r"(?:[+-]?[0-9][0-9.eE+-]*[\s,;]+){2,}[+-]?[0-9]")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_KEYED = re.compile(r"attempt\s*=\s*(?P<n>[^\s=,;]+)\s+wait\s*=\s*(?P<w>[^\s=;]+)")
+_KEYED_ANY_CASE = re.compile(_KEYED.pattern, re.IGNORECASE)
+_PLURAL_KEY = re.compile(r"attempts\s*=")
+_COLON_KEY = re.compile(r"\b(?:attempt|wait)\s*:", re.IGNORECASE)
+
+
+def _number(token: str) -> tuple[float | None, str]:
+    """(value, "") for a finite number, else (None, a predicate saying why not: "is not a number")."""
+    if _NUMBER.fullmatch(token):
+        value = float(token)
+        if math.isfinite(value):
+            return value, ""
+        return None, "is not a finite number"
+    if _NONFINITE.fullmatch(token):
+        return None, "is not a finite number"
+    if _WITH_UNIT.fullmatch(token):
+        return None, "has a unit: write the number of seconds alone, `4` rather than `4s`"
+    if _DECIMAL_COMMA.fullmatch(token):
+        return None, "uses a decimal comma: write a dot, `2.5` rather than `2,5`"
+    return None, "is not a number"
+
+
+def _keyed_hint(line: str) -> str:
+    """Why a line is not `attempt=<n> wait=<s>`, as a clause starting with '; ', or ''."""
+    if _KEYED_ANY_CASE.fullmatch(line):
+        return "; write the keys in lower case"
+    if line[:1] in "{[":
+        return "; it looks like JSON"
+    if _PLURAL_KEY.match(line):
+        return "; write `attempt=`, not `attempts=`"
+    if _COLON_KEY.search(line):
+        return "; write `=` after each key, not `:`"
+    if "," in line or ";" in line:
+        return "; write one attempt per line, with no commas"
+    has_attempt, has_wait = "attempt" in line, "wait" in line
+    if not has_attempt and not has_wait:
+        return "; the `attempt=` and `wait=` keys are missing"
+    if not has_attempt:
+        return "; the `attempt=` key is missing"
+    if not has_wait:
+        return "; the `wait=` key is missing"
+    return ""
+
+
+def _parse_keyed(name: str, lineno: int, line: str) -> tuple[int, str, float]:
+    """(attempt number, wait as written, wait) of an `attempt=<n> wait=<s>` line, or _Reject."""
+    _check_length(name, lineno, line, f"a short line {_KEYED_FORM}")
+    match = _KEYED.fullmatch(line)
+    if match is None:
+        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected {_KEYED_FORM},"
+                      f" e.g. `attempt=2 wait=4`{_keyed_hint(line)}")
+    attempt_text, wait_text = match["n"], match["w"]
+    if not _INTEGER.fullmatch(attempt_text):
+        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected {_KEYED_FORM} with"
+                      f" a whole attempt number, not '{shorten(attempt_text, 24)}'")
+    wait, why = _number(wait_text)
+    if wait is None:
+        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected {_KEYED_FORM} with a"
+                      f" number of seconds, but the wait '{shorten(wait_text, 24)}' {why}")
+    return int(attempt_text), wait_text, wait
+
+
+def _parse_bare(name: str, lineno: int, line: str) -> tuple[str, float]:
+    """(number as written, value) of a line holding one number, or _Reject."""
+    if len(line) > _MAX_LINE_CHARS and _NUMBERS_RUN.match(line, 0, _MAX_LINE_CHARS):
+        raise _Reject(f"line {lineno} of {name} holds several numbers ('{shorten(line, 60)}'):"
+                      " put one number per line")
+    _check_length(name, lineno, line, "one short number per line")
+    value, why = _number(line)
+    if value is None:
+        if _KEYED.fullmatch(line) or "=" in line or ":" in line:
+            why = "has a key: write the number of seconds alone"
+        elif (not _DECIMAL_COMMA.fullmatch(line) and _SEVERAL.fullmatch(line)
+              and all(_NUMBER.fullmatch(t) for t in re.split(r"[\s,;]+", line))):
+            why = "holds several numbers: put one per line"
+        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected one number of seconds"
+                      f" per line, but it {why}")
+    return line, value
+
+
+# --------------------------------------------------------------------------------------------
+# shared checks of keyed rows and values
+
+
+def _count_problem(name: str, wanted: str, found: str) -> str:
+    return f"{name} should have {wanted}, found {found} non-blank line{'' if found == '1' else 's'}"
+
+
+def _check_numbering(name: str, rows: list[tuple[int, int]]) -> None:
+    """rows: (line number, attempt number); attempts must be 0..len-1 in order."""
+    attempts = [attempt for _, attempt in rows]
+    last = len(rows) - 1
+    if attempts == list(range(1, len(rows) + 1)):
+        raise _Reject(f"{name} numbers the attempts 1..{len(rows)}, but the lab counts them from 0:"
+                      f" expected attempt=0 .. attempt={last}, the first attempt being attempt=0")
+    for expected, (lineno, attempt) in enumerate(rows):
+        if attempt != expected:
+            raise _Reject(f"line {lineno} of {name} has attempt={shorten(str(attempt), 24)} where"
+                          f" attempt={expected} is expected: list attempts 0..{last} in order,"
+                          " one per line")
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _check_values(name: str, rows: list[tuple[int, str, float]], expected: tuple[int, ...],
+                  formula, cap: float | None = None) -> None:
+    """rows: (line number, wait as written, wait); the first wrong wait is reported."""
+    values = [value for _, _, value in rows]
+    if all(_same(v, e * 1000) for v, e in zip(values, expected)):
+        raise _Reject(f"the waits in {name} look like milliseconds ({rows[0][1]}, {rows[1][1]},"
+                      f" ...): write seconds, expected {' '.join(map(str, expected))}")
+    for attempt, ((lineno, text, value), want) in enumerate(zip(rows, expected)):
+        if not _same(value, want):
+            why = ""
+            if value < 0:
+                why = ": a wait cannot be negative"
+            elif cap is not None and value > cap:
+                why = f": the cap of {cap:g} s is not applied"
+            raise _Reject(f"line {lineno} of {name} (attempt={attempt}): wait is"
+                          f" {shorten(text, 24)}, expected {want} ({formula(attempt)}){why}")
+
+
+# --------------------------------------------------------------------------------------------
+# the parsers
+
+_SCHEDULE_WANTED = f"6 lines {_KEYED_FORM} for attempts 0..5"
+
+
+@_parser("schedule.txt")
+def parse_schedule(data: bytes | None) -> Parsed:
+    """schedule.txt: 6 lines `attempt=<n> wait=<s>`, n = 0..5 in order, waits 1 2 4 8 16 32."""
+    name = "schedule.txt"
+    text = _file_text(name, data, _SCHEDULE_WANTED)
+    head, found = _take(_nonblank_lines(text), len(SCHEDULE_WAITS))
+    if found == "0":
+        raise _Reject(f"{name} is empty (it has only blank lines): expected {_SCHEDULE_WANTED}")
+    rows = [(lineno, *_parse_keyed(name, lineno, line)) for lineno, line in head]
+    if found != str(len(SCHEDULE_WAITS)):
+        raise _Reject(_count_problem(name, _SCHEDULE_WANTED, found))
+    _check_numbering(name, [(lineno, attempt) for lineno, attempt, _, _ in rows])
+    waits = [(lineno, text_, value) for lineno, _, text_, value in rows]
+    values = [value for _, _, value in waits]
+    if all(_same(v, 2 ** (n + 1)) for n, v in enumerate(values)):
+        raise _Reject(f"the waits in {name} are 2 4 8 16 32 64, those of the next attempt:"
+                      " the wait for attempt n is 1 s * 2**n, so attempt=0 waits 1")
+    _check_values(name, waits, SCHEDULE_WAITS, lambda n: f"1 s * 2**{n}")
+    return Parsed(True, tuple(values), "")
+
+
+_JITTER_WANTED = (f"{JITTER_COUNT} full-jitter waits for attempt 3, one number per line, each in"
+                  f" [0, {JITTER_MAX}]")
+_JITTER_DRAW = f"random.uniform(0, min(cap, 1 s * 2**3)) = random.uniform(0, {JITTER_MAX})"
+
+
+@_parser("jitter.txt")
+def parse_jitter(data: bytes | None) -> Parsed:
+    """jitter.txt: exactly 20 finite numbers in [0, 8], one per line, at least 15 distinct."""
+    name = "jitter.txt"
+    text = _file_text(name, data, _JITTER_WANTED)
+    head, found = _take(_nonblank_lines(text), JITTER_COUNT)
+    if found == "0":
+        raise _Reject(f"{name} is empty (it has only blank lines): expected {_JITTER_WANTED}")
+    values: list[float] = []
+    for lineno, line in head:
+        written, value = _parse_bare(name, lineno, line)
+        if value < 0:
+            raise _Reject(f"line {lineno} of {name} is {_quote(written)}: a wait cannot be negative;"
+                          f" full jitter draws from [0, {JITTER_MAX}] with {_JITTER_DRAW}")
+        if value > JITTER_MAX:
+            raise _Reject(f"line {lineno} of {name} is {_quote(written)}, above {JITTER_MAX}: full"
+                          f" jitter for attempt 3 draws from [0, {JITTER_MAX}] with {_JITTER_DRAW}")
+        values.append(value)
+    if found != str(JITTER_COUNT):
+        raise _Reject(_count_problem(name, _JITTER_WANTED, found))
+    distinct = len(set(values))
+    if distinct == 1:
+        raise _Reject(f"all {JITTER_COUNT} waits in {name} are {_quote(head[0][1])}: full jitter"
+                      f" draws a new random wait each time with {_JITTER_DRAW}, so at least"
+                      f" {JITTER_MIN_DISTINCT} must differ")
+    if distinct < JITTER_MIN_DISTINCT:
+        if all(v.is_integer() for v in values):
+            raise _Reject(f"{name} has only {distinct} distinct values among its {JITTER_COUNT}"
+                          f" waits, all whole numbers: draw with {_JITTER_DRAW}, not randint, so"
+                          f" that at least {JITTER_MIN_DISTINCT} differ")
+        raise _Reject(f"{name} has only {distinct} distinct values among its {JITTER_COUNT} waits,"
+                      f" at least {JITTER_MIN_DISTINCT} are required: draw each with"
+                      f" {_JITTER_DRAW} and keep its decimals")
+    return Parsed(True, tuple(values), "")
+
+
+_CAPPED_WANTED = (f"9 lines for attempts 0..8, bare numbers or {_KEYED_FORM}, with a {CAP} s cap")
+
+
+def _looks_keyed(line: str) -> bool:
+    return "=" in line or "attempt" in line.lower() or "wait" in line.lower()
+
+
+@_parser("capped.txt")
+def parse_capped(data: bytes | None) -> Parsed:
+    """capped.txt: attempts 0..8 as 9 bare numbers or 9 `attempt=<n> wait=<s>` lines,
+    with the waits 1 2 4 8 16 30 30 30 30."""
+    name = "capped.txt"
+    text = _file_text(name, data, _CAPPED_WANTED)
+    head, found = _take(_nonblank_lines(text), len(CAPPED_WAITS))
+    if found == "0":
+        raise _Reject(f"{name} is empty (it has only blank lines): expected {_CAPPED_WANTED}")
+    first_lineno, first_line = head[0]
+    keyed = _looks_keyed(first_line)
+    numbered: list[tuple[int, int]] = []
+    waits: list[tuple[int, str, float]] = []
+    for lineno, line in head:
+        mixed = _NUMBER.fullmatch(line) if keyed else _KEYED.fullmatch(line)
+        if mixed:
+            one, other = (_KEYED_FORM, "a bare number") if keyed else ("a bare number", _KEYED_FORM)
+            raise _Reject(f"line {lineno} of {name} is {_quote(line)}, {other}, but line"
+                          f" {first_lineno} is {one}: use one form for all lines")
+        if keyed:
+            attempt, written, value = _parse_keyed(name, lineno, line)
+            numbered.append((lineno, attempt))
+        else:
+            written, value = _parse_bare(name, lineno, line)
+        waits.append((lineno, written, value))
+    if found != str(len(CAPPED_WAITS)):
+        raise _Reject(_count_problem(name, _CAPPED_WANTED, found))
+    if keyed:
+        _check_numbering(name, numbered)
+    values = [value for _, _, value in waits]
+    if all(_same(v, CAP) for v in values):
+        raise _Reject(f"every wait in {name} is {CAP}, but the cap only limits the waits that would"
+                      f" exceed {CAP} s: expected {' '.join(map(str, CAPPED_WAITS))}"
+                      f" (min({CAP}, 1 s * 2**n))")
+    _check_values(name, waits, CAPPED_WAITS, lambda n: f"min({CAP}, 1 s * 2**{n})", cap=CAP)
+    return Parsed(True, tuple(values), "")
+
+
+# --------------------------------------------------------------------------------------------
+# requeue.out
+
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+# Each pattern starts with the literal "attempts" so that the search scans at C speed; the character
+# before it is checked by _token_matches (a look-behind would defeat the literal-prefix scan).
+_ANY_ATTEMPTS = re.compile(rb"attempts\\?[\"']?[ \t]*[=:][ \t]*([^\s,;:)\]}'\"\\]{1,20})")
+_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _attempts_token(n: int) -> re.Pattern[bytes]:
+    return re.compile(rb"attempts\\?[\"']?[ \t]*[=:][ \t]*" + re.escape(str(n).encode())
+                      + rb"(?![0-9A-Za-z_]|\.[0-9])")
+
+
+def _token_matches(pattern: re.Pattern[bytes], raw: bytes) -> Iterator[re.Match[bytes]]:
+    """Matches of ``pattern`` that start a word (not ``max_attempts=2``), in order; gives up
+    after ``_COUNT_CAP * 10`` candidates so that adversarial output stays cheap."""
+    pos = 0
+    for _ in range(_COUNT_CAP * 10):
+        match = pattern.search(raw, pos)
+        if match is None:
+            return
+        start = match.start()
+        if start == 0 or raw[start - 1] not in _WORD_BYTES:
+            yield match
+        pos = start + 1
+
+
+@_parser("requeue.out")
+def requeue_out_shows_attempts(data: bytes | None, n: int = 2) -> Parsed:
+    """requeue.out shows the attempt count ``n`` as a token: ``attempts=2``, ``attempts: 2``,
+    ``"attempts": 2`` or ``'attempts': 2`` (not ``attempts=20``, ``attempts=2.5``,
+    ``max_attempts=2``). The file is worker output, so it is searched as bytes: other noise,
+    invalid UTF-8 and ANSI colour codes around the number do not matter; UTF-16 with a
+    byte-order mark is decoded first. ``values`` is always empty."""
+    name = "requeue.out"
+    try:
+        n = int(n)
+    except Exception:  # noqa: BLE001
+        n = 2
+    wanted = f"the requeued message's attempt count, e.g. `attempts={n}`"
+    if data is None:
+        raise _Reject(f"{name} is missing from your submission: save the worker's output showing"
+                      f" {wanted}")
+    if isinstance(data, str):
+        raw = data.encode("utf-8", "replace")
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = data.tobytes() if isinstance(data, memoryview) else bytes(data)
+    else:
+        raise _Reject(f"{name} could not be read as a file (got {type(data).__name__})")
+    if not raw.strip():
+        raise _Reject(f"{name} is empty: expected it to show {wanted}")
+    if raw.startswith(_UTF16_BOMS):  # PowerShell's `>`; searched as decoded text and as bytes
+        raw = raw.decode("utf-16", "replace").encode("utf-8", "replace") + b"\n" + raw
+    if b"\x1b" in raw:
+        raw = _ANSI.sub(b"", raw)
+    if next(_token_matches(_attempts_token(n), raw), None) is not None:
+        return Parsed(True, (), "")
+    seen: list[str] = []
+    for match in itertools.islice(_token_matches(_ANY_ATTEMPTS, raw), 10_000):
+        shown = shorten(match.group(1).decode("utf-8", "replace"), 20)
+        if shown not in seen:
+            seen.append(shown)
+            if len(seen) == 5:
+                break
+    if seen:
+        return Parsed(False, (), _bound(
+            f"{name} never shows attempts={n} (it shows attempts={', '.join(seen)}): print the"
+            f" message's attempt count each time it is requeued, so that retry {n} shows"
+            f" `attempts={n}`"))
+    return Parsed(False, (), _bound(
+        f"{name} does not show attempts={n}: print {wanted}, or the requeued message's JSON with"
+        f" \"attempts\": {n}"))
