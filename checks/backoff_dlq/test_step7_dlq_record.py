@@ -20,6 +20,10 @@ def test_dlq_entry_records_payload_error_attempts_first_seen(worker_run, request
     raw = next((e for e in observe.dlq_entries(worker_run.dlq) if bad["id"].encode() in e), None)
     if raw is None:
         fail(f"there is no entry for the failing message in {DLQ} to inspect (see step 6). {observe.how_it_ran(run)}")
+    calls = worker_run.calls_for(bad)
+    if not calls:
+        fail("the DLQ holds an entry for the failing message, but process was never called for it: "
+             "the entry must record a real failure of process(msg).")
     entry, problem = decode_json(raw)
     if problem:
         fail(f"the DLQ entry is {problem}: {shorten(raw.decode('utf-8', 'replace'))}")
@@ -50,7 +54,6 @@ def test_dlq_entry_records_payload_error_attempts_first_seen(worker_run, request
     first_seen, problem = parse_timestamp(entry["first_seen_at"])
     if problem:
         fail(f"first_seen_at {shorten(repr(entry['first_seen_at']))}: {problem}")
-    calls = worker_run.calls_for(bad)
     first_call, last_call = calls[0].t, calls[-1].t
     if first_seen > first_call + LATE:
         fail(f"first_seen_at is {first_seen - first_call:.1f} s after the message's first attempt "

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
-from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, same_original, shorten
+from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten
 from retrylab.fixtures import messages
 from retrylab.verdict import fail
 
@@ -58,7 +58,9 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     difference = same_original(value, worker_run.bad)
     if difference:
         fail(f"{prefix}the replayed message must carry the original payload: {difference}")
-    attempts = value.get("attempts") if isinstance(value, dict) else None
-    if isinstance(value, dict) and "attempts" in value and attempts_of(value) != 0:
-        fail(f"{prefix}the replayed message carries attempts={shorten(json.dumps(attempts))}; "
+    # the count lives at the top level (plain message or envelope); an envelope without one may
+    # still carry the old count inside its payload, which a worker would then read
+    holder = value if "attempts" in value else (original_fields(value) or {})
+    if "attempts" in holder and attempts_of(holder) != 0:
+        fail(f"{prefix}the replayed message carries attempts={shorten(json.dumps(holder['attempts']))}; "
              f"reset it to 0 so the message gets its full set of retries again.")
