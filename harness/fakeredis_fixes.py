@@ -1,0 +1,419 @@
+"""The embedded fake Redis backend: fakeredis' TCP server with two gaps fixed that grading depends on.
+
+Measured against fakeredis 2.41.0 (`fakeredis._clients._tcp_server.TcpFakeServer`):
+
+1. Ghost consumers. A client killed while blocked in BLPOP/BRPOP/BLMOVE/BRPOPLPUSH/BLMPOP/BZPOPMIN/XREAD BLOCK...
+   stays blocked inside its handler thread: `BaseFakeSocket._blocking` waits on the database condition with the
+   whole timeout and never looks at the TCP socket, so the next element pushed is popped by the dead client and
+   written to a closed socket, i.e. lost. Real Redis unblocks (frees) a client the moment its connection closes and
+   keeps the element. A worker that is killed, or whose client-side `socket_timeout` closes the socket under a
+   `BLPOP q 0`, would silently eat the next job on the fake backend only. (Likewise a client CLIENT KILLed while
+   blocked: fakeredis only flags its socket `_killed`.)
+
+2. BLMOVE never blocks. Its signature declares the source as `Key(list, None)`, and `Signature.apply`
+   short-circuits a missing key to that `None` before the command runs, so BLMOVE on an empty source answers nil
+   at once whatever the timeout (0 included), and skips its own syntax/timeout checks; its destination is
+   `Key(list)`, so a wrong-typed destination errors at once where Redis blocks. BLMPOP and BRPOPLPUSH were
+   checked and do block (they take raw key names).
+
+The fixes are scoped to this server's connections; nothing process-wide is patched (see `apply`):
+
+* `_PeerAwareRequestHandler` (a `TCPFakeRequestHandler`) gives each connection a `_PeerAwareConnection`, whose
+  socket is a `_PeerAwareFakeSocket`, and hands that socket a hook telling whether the TCP peer has gone (or the
+  server is shutting down).
+* `_PeerAwareFakeSocket._blocking` waits on the condition in short slices, and after every slice and every wake-up
+  asks the hook before retrying the command; once the peer is gone it raises `_ClientGone` (a builtin
+  `ConnectionError`) without popping anything, which `TCPFakeRequestHandler.handle` treats as "peer reset": it
+  ends the connection quietly.
+* `_PeerAwareFakeSocket._name_to_func` routes BLMOVE to a re-implementation with real-Redis semantics.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import select
+import socket
+import socketserver
+import threading
+import time
+from typing import Any, Callable
+
+from fakeredis import _msgs as msgs
+from fakeredis._clients import _tcp_server
+from fakeredis._clients._sync import FakeRedisConnection
+from fakeredis._clients._tcp_server import TCPFakeRequestHandler, TcpFakeServer
+from fakeredis._command_args_parsing import Timeout
+from fakeredis._commands import SUPPORTED_COMMANDS, Signature
+from fakeredis._core import CommandItem
+from fakeredis._helpers import SimpleError, casematch
+from fakeredis._socket import FakeSocket
+from fakeredis._socket._base import BaseFakeSocket
+
+__all__ = ["PatchedTcpFakeServer", "apply", "start_fake_server", "stop_fake_server"]
+
+# How long a blocked command sleeps on the database condition before it looks at its TCP peer again. It bounds how
+# long a dead client's handler, or one blocked when the server stops, lingers (the brief allows ~0.1 s).
+WAIT_SLICE = 0.05
+
+# How often serve_forever looks for a shutdown request; it bounds how long stop_fake_server waits for the accept loop.
+SERVE_POLL_INTERVAL = 0.05
+
+_TIMEOUT_NOT_FLOAT_MSG = "ERR timeout is not a float or out of range"  # redis' getTimeoutFromObjectOrReply wording
+
+# Event mask meaning "the peer has closed or reset": POLLRDHUP (Linux) reports a received FIN even while unread
+# (pipelined) bytes sit in front of it, which a recv(MSG_PEEK) probe cannot see.
+_POLLRDHUP = getattr(select, "POLLRDHUP", 0)
+_PEER_GONE_EVENTS = (_POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL) if hasattr(select, "poll") else 0
+
+
+class _ClientGone(ConnectionError):
+    """Raised inside a blocked command whose TCP client has gone away, or whose server is stopping.
+
+    A builtin ConnectionError on purpose: `TCPFakeRequestHandler.handle` catches exactly that as "the peer reset the
+    connection" and leaves its loop without writing anything, then `finish()` closes the connection.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# apply(): the one place that touches fakeredis internals.
+#
+# It patches nothing process-wide: no fakeredis class, function or table is modified, so FakeRedis clients and other
+# TcpFakeServers in the same process behave exactly as upstream. The fixes live in subclasses used only by
+# PatchedTcpFakeServer's connections. Those subclasses depend on these fakeredis 2.41 internals, which apply()
+# verifies (once, idempotently) so that a fakeredis upgrade that moves them fails loudly at server construction
+# instead of silently bringing the ghost-consumer bug back:
+#
+#   * fakeredis._socket._base.BaseFakeSocket._blocking(self, timeout, func, shape=None): overridden by
+#     _PeerAwareFakeSocket._blocking (same contract: first pass, MULTI, CLIENT UNBLOCK via `_unblock_reason` /
+#     `_take_unblock_reason`, the `_blocked` flag, waiting on `self._db.condition`), to wait in slices and give up
+#     when the TCP peer is gone, or the socket was CLIENT KILLed (`_killed`) - the fix for gap 1.
+#   * BaseFakeSocket._name_to_func(cmd) and fakeredis._commands.SUPPORTED_COMMANDS["blmove"] / Signature:
+#     _PeerAwareFakeSocket._name_to_func answers "blmove" with its own Signature (raw key names, so no missing-key
+#     short-circuit; flagged noscript as in Redis 7) and its own implementation - the fix for gap 2. The shared
+#     table is read, never written.
+#   * fakeredis._clients._sync.FakeRedisConnection._connect(): overridden by _PeerAwareConnection to build the
+#     socket subclass; the connection's socket is created lazily, on first use.
+#   * fakeredis._clients._tcp_server.TCPFakeRequestHandler.setup()/handle() and `_INTERNAL_CONNECTION_KWARGS`: the
+#     handler subclass replaces the (not yet connected) FakeRedisConnection that setup() registered with a
+#     _PeerAwareConnection built the same way; handle() ends a connection quietly on a builtin ConnectionError.
+#   * TcpFakeServer's `_shutdown_event` (set by shutdown(), polled by handle()): blocked commands poll it too.
+# --------------------------------------------------------------------------------------------------------------------
+_APPLIED = False
+_APPLY_LOCK = threading.Lock()
+_BLMOVE_SIGNATURE: Signature | None = None
+
+
+def apply() -> None:
+    """Check the fakeredis internals the fixes rely on and build the BLMOVE signature. Idempotent, thread-safe."""
+    global _APPLIED, _BLMOVE_SIGNATURE
+    if _APPLIED:
+        return
+    with _APPLY_LOCK:
+        if _APPLIED:
+            return
+        problems = []
+        try:
+            params = list(inspect.signature(BaseFakeSocket._blocking).parameters)
+        except (AttributeError, TypeError, ValueError):
+            params = []
+        if params != ["self", "timeout", "func", "shape"]:
+            problems.append(f"BaseFakeSocket._blocking parameters are {params}")
+        for name in ("_name_to_func", "_take_unblock_reason"):
+            if not callable(getattr(FakeSocket, name, None)):
+                problems.append(f"FakeSocket.{name} is missing")
+        for name in ("_in_transaction", "_script_resp"):  # class-level defaults of per-connection state
+            if not hasattr(FakeSocket, name):
+                problems.append(f"FakeSocket.{name} is missing")
+        if not callable(getattr(FakeRedisConnection, "_connect", None)):
+            problems.append("FakeRedisConnection._connect is missing")
+        if not isinstance(getattr(_tcp_server, "_INTERNAL_CONNECTION_KWARGS", None), dict):
+            problems.append("fakeredis._clients._tcp_server._INTERNAL_CONNECTION_KWARGS is missing")
+        original = SUPPORTED_COMMANDS.get("blmove")
+        if original is None or len(getattr(original, "fixed", ())) != 5:
+            problems.append("SUPPORTED_COMMANDS['blmove'] is missing or no longer takes 5 arguments")
+        if problems:
+            raise RuntimeError(
+                "retrylab's fakeredis fixes do not fit this fakeredis version (written for 2.41): "
+                + "; ".join(problems)
+            )
+        signature = Signature("blmove", "_retrylab_blmove", (bytes, bytes, bytes, bytes, bytes))
+        # Redis 7 flags BLMOVE `noscript` (as fakeredis already does BLPOP/BRPOP/BRPOPLPUSH); fakeredis' does not.
+        signature.flags = set(original.flags) | {msgs.FLAG_NO_SCRIPT}
+        signature.server_types = set(original.server_types)
+        signature.command_args = original.command_args
+        _BLMOVE_SIGNATURE = signature
+        _APPLIED = True
+
+
+def _parse_list_end(where: bytes) -> bool:
+    """LEFT/RIGHT, case-insensitive, as redis' getListPositionFromObjectOrReply; True for LEFT."""
+    if casematch(where, b"left"):
+        return True
+    if casematch(where, b"right"):
+        return False
+    raise SimpleError(msgs.SYNTAX_ERROR_MSG)
+
+
+class _PeerAwareFakeSocket(FakeSocket):
+    """The fake socket behind one TCP connection of a PatchedTcpFakeServer."""
+
+    # Set by the connection right after construction: returns True once the TCP peer is gone or the server stops.
+    _retrylab_peer_gone: Callable[[], bool] | None = None
+
+    def _blocking(
+        self, timeout: float | None, func: Callable[[bool], Any], shape: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """`BaseFakeSocket._blocking`, waiting in slices and giving up when the client has gone.
+
+        Same contract: `func(first_pass)` returns None while the command must keep waiting; `timeout` is in
+        seconds, 0 (or None) meaning forever; inside MULTI (and inside a script) a blocking command does not block.
+        `func` is retried after every wake-up and every slice (a notify racing a slice's end cannot be lost), but
+        only after checking the client is still there, so a dead client never takes anything.
+        """
+        ret = func(True)
+        if ret is not None or self._in_transaction or self._script_resp is not None:
+            return ret if shape is None else shape(ret)
+
+        def empty() -> Any:
+            return None if shape is None else shape(None)
+
+        peer_gone = self._retrylab_peer_gone
+        deadline = time.monotonic() + timeout if timeout else None
+        self._blocked = True
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return empty()
+                self._db.condition.wait(timeout=WAIT_SLICE if remaining is None else min(WAIT_SLICE, remaining))
+                if self._killed or (peer_gone is not None and peer_gone()):
+                    # CLIENT KILL only flags the socket (`_killed`); real Redis frees the client at once, so it too
+                    # must never be served.
+                    raise _ClientGone("client connection closed while blocked")
+                if self._unblock_reason is not None:
+                    self._take_unblock_reason()  # raises for CLIENT UNBLOCK ... ERROR
+                    return empty()  # CLIENT UNBLOCK ... TIMEOUT: same reply as a timeout
+                ret = func(False)
+                if ret is not None:
+                    return ret if shape is None else shape(ret)
+        finally:
+            self._blocked = False
+            self._unblock_reason = None
+
+    def _name_to_func(self, cmd_name: str) -> tuple[Callable[..., Any] | None, Signature]:
+        func, sig = super()._name_to_func(cmd_name)  # keeps the unknown-command / server-type checks
+        if cmd_name == "blmove" and _BLMOVE_SIGNATURE is not None:
+            return self._retrylab_blmove, _BLMOVE_SIGNATURE
+        return func, sig
+
+    def _retrylab_blmove(
+        self, source: bytes, destination: bytes, wherefrom: bytes, whereto: bytes, timeout: bytes
+    ) -> Any:
+        """BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout, as redis 7 (blmoveCommand/blmoveGenericCommand).
+
+        Syntax errors before timeout errors; a source of the wrong type is WRONGTYPE at once; a missing source
+        blocks (whatever the destination holds); a non-empty source moves one element, unless the destination has
+        the wrong type (WRONGTYPE, nothing moved, also when served after blocking). Timeout in seconds, float
+        allowed, 0 = forever; on timeout the reply is nil.
+        """
+        from_left = _parse_list_end(wherefrom)
+        to_left = _parse_list_end(whereto)
+        seconds = Timeout.decode(timeout, decode_error=_TIMEOUT_NOT_FLOAT_MSG)
+        return self._blocking(
+            seconds, functools.partial(self._retrylab_blmove_pass, source, destination, from_left, to_left)
+        )
+
+    def _retrylab_blmove_pass(
+        self, source: bytes, destination: bytes, from_left: bool, to_left: bool, first_pass: bool
+    ) -> bytes | None:
+        src = CommandItem(source, self._db, item=self._db.get(source))
+        if src.value is not None and not isinstance(src.value, list):
+            if first_pass:
+                raise SimpleError(msgs.WRONGTYPE_MSG)
+            return None  # redis only serves blocked clients from list keys: keep waiting
+        if not src.value:
+            return None
+        dst = src if destination == source else CommandItem(destination, self._db, item=self._db.get(destination))
+        if dst.value is not None and not isinstance(dst.value, list):
+            raise SimpleError(msgs.WRONGTYPE_MSG)
+        element = src.value.pop(0) if from_left else src.value.pop()
+        target = dst.value if dst.value is not None else []  # the source list itself when both name one key
+        if to_left:
+            target.insert(0, element)
+        else:
+            target.append(element)
+        src.updated()
+        dst.update(target)
+        src.writeback()
+        if dst is not src:
+            dst.writeback()
+        return element
+
+
+class _PeerAwareConnection(FakeRedisConnection):
+    """The server-side connection of one TCP client: builds a _PeerAwareFakeSocket wired to the peer check."""
+
+    peer_gone: Callable[[], bool] | None = None
+
+    def _connect(self) -> _PeerAwareFakeSocket:
+        if not self._server.connected:
+            raise self._connection_error_class(msgs.CONNECTION_ERROR_MSG)
+        sock = _PeerAwareFakeSocket(
+            self._server,
+            client_class=self._client_class,
+            db=self.db,
+            lua_modules=self._lua_modules,
+            client_info=self._client_info,
+        )
+        sock._retrylab_peer_gone = self.peer_gone
+        return sock
+
+
+class _PeerAwareRequestHandler(TCPFakeRequestHandler):
+    server: PatchedTcpFakeServer
+
+    def setup(self) -> None:
+        super().setup()
+        client = self.current_client
+        if not isinstance(client, _PeerAwareConnection):
+            # setup() registered a plain FakeRedisConnection; its fake socket is created lazily, on first use, so
+            # nothing has been allocated for it on the fake server yet. Replace it by one built the same way.
+            client = _PeerAwareConnection(
+                server=self.server.fake_server,
+                writer=self.writer,
+                client_info={
+                    "laddr": self.connection.getsockname(),
+                    "addr": self.connection.getpeername(),
+                    "fd": self.connection.fileno(),
+                },
+                **_tcp_server._INTERNAL_CONNECTION_KWARGS,
+            )
+            self.server.clients[self.client_address] = client
+            self.current_client = client
+        client.peer_gone = self._peer_gone
+        if isinstance(client._sock, _PeerAwareFakeSocket):  # a connection reused for this address: re-point it
+            client._sock._retrylab_peer_gone = self._peer_gone
+
+    def _peer_gone(self) -> bool:
+        """Has the client closed (or reset) its connection, or is the server stopping? Never consumes input."""
+        if self.server._shutdown_event.is_set():
+            return True
+        conn = self.connection
+        try:
+            fd = conn.fileno()
+            if fd < 0:
+                return True
+            if _PEER_GONE_EVENTS:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN | _PEER_GONE_EVENTS)
+                events = poller.poll(0)
+                if not events:
+                    return False
+                mask = events[0][1]
+                if mask & _PEER_GONE_EVENTS:
+                    return True
+                if _POLLRDHUP:
+                    return False  # only POLLIN: pipelined commands waiting, the peer is still there
+            else:
+                readable, _, _ = select.select([conn], [], [], 0)
+                if not readable:
+                    return False
+            return conn.recv(1, socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
+
+
+class PatchedTcpFakeServer(TcpFakeServer):
+    """fakeredis' TcpFakeServer whose blocked commands notice dead clients, with a blocking BLMOVE.
+
+    Handler threads are daemons, so a forgotten server never keeps a process alive; use start_fake_server() and
+    stop_fake_server() to run one.
+    """
+
+    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0), **kwargs: Any) -> None:
+        apply()
+        super().__init__(address, **kwargs)
+        self.RequestHandlerClass = _PeerAwareRequestHandler
+        self.daemon_threads = True
+        self._state_lock = threading.Lock()
+        self._serving = False
+        self._handler_threads: set[threading.Thread] = set()
+        self._serve_thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    @property
+    def blocked_clients(self) -> int:
+        """How many clients are parked in a blocking command (real Redis: INFO clients blocked_clients)."""
+        return sum(1 for sock in list(self.fake_server.sockets) if getattr(sock, "_blocked", False))
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        thread = threading.current_thread()
+        with self._state_lock:
+            self._handler_threads.add(thread)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._state_lock:
+                self._handler_threads.discard(thread)
+
+    def serve_forever(self, poll_interval: float = SERVE_POLL_INTERVAL) -> None:
+        with self._state_lock:
+            if self._shutdown_event.is_set():
+                return
+            self._serving = True
+        try:
+            super().serve_forever(poll_interval)
+        finally:
+            with self._state_lock:
+                self._serving = False
+
+    def shutdown(self) -> None:
+        """Stop serving: blocked and idle handlers give up within a slice. Safe whether or not serve_forever runs."""
+        with self._state_lock:
+            self._shutdown_event.set()
+            serving = self._serving
+        if serving:
+            socketserver.BaseServer.shutdown(self)  # waits for serve_forever to return
+
+    def join_handlers(self, timeout: float) -> bool:
+        """Wait until every connection's handler thread has finished; True if they all did within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._state_lock:
+                threads = list(self._handler_threads)
+            if not threads:
+                return True
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                with self._state_lock:
+                    return not any(t.is_alive() for t in self._handler_threads)
+
+
+def start_fake_server(address: tuple[str, int] = ("127.0.0.1", 0), **kwargs: Any) -> PatchedTcpFakeServer:
+    """Start a PatchedTcpFakeServer serving in a daemon thread; it accepts connections as soon as this returns."""
+    server = PatchedTcpFakeServer(address, **kwargs)
+    thread = threading.Thread(
+        target=server.serve_forever, name=f"retrylab-fake-redis:{server.port}", daemon=True
+    )
+    server._serve_thread = thread
+    thread.start()
+    return server
+
+
+def stop_fake_server(server: PatchedTcpFakeServer, timeout: float = 5.0) -> None:
+    """Shut `server` down promptly, blocked clients included, and close its socket and every client connection.
+
+    Returns once the accept loop and all handler threads have ended (or `timeout` has passed: they are daemons).
+    """
+    server.shutdown()
+    thread = server._serve_thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
+    server.server_close()
+    server.join_handlers(timeout)

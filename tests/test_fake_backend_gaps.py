@@ -1,0 +1,421 @@
+"""The fake backend's fixes (retrylab.fakeredis_fixes) against real Redis.
+
+Every test runs on both backends, the patched fakeredis TCP server and a private redis-server (never the shared
+:6379), and asserts the same, real-Redis, behaviour on both. Waits are bounded; the only timing assertions are loose
+lower bounds.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from retrylab.backends import BackendUnavailable, RedisServerProcess
+from retrylab.fakeredis_fixes import PatchedTcpFakeServer, start_fake_server, stop_fake_server
+
+BACKENDS = ["fake", "real"]
+LIMIT = 10.0  # upper bound on any wait: a test that would hang fails instead
+
+
+def _client(port: int, **kwargs: Any) -> redis.Redis:
+    # No retries: redis-py (>= 6) otherwise retries timeouts and connection errors with backoff by default.
+    kwargs.setdefault("socket_timeout", LIMIT)
+    return redis.Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0), **kwargs)
+
+
+@dataclass
+class Backend:
+    name: str
+    port: int
+    blocked_clients: Callable[[], int]
+    _clients: list[redis.Redis] = field(default_factory=list)
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        client = _client(self.port, **kwargs)
+        self._clients.append(client)
+        return client
+
+    def wait_blocked(self, count: int) -> None:
+        wait_until(lambda: self.blocked_clients() == count, f"{count} blocked client(s) on the {self.name} backend")
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+
+def wait_until(predicate: Callable[[], bool], what: str, limit: float = LIMIT) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {limit}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def _real_blocked_clients(port: int) -> Callable[[], int]:
+    admin = _client(port)
+    return lambda: int(admin.info("clients")["blocked_clients"])
+
+
+def _fake_blocked_clients(server: PatchedTcpFakeServer) -> Callable[[], int]:
+    return lambda: server.blocked_clients
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[PatchedTcpFakeServer]:
+    server = start_fake_server()
+    try:
+        yield server
+    finally:
+        stop_fake_server(server)
+
+
+@pytest.fixture(scope="module")
+def real_server() -> Iterator[int]:
+    try:
+        process = RedisServerProcess()
+        endpoint = process.start()
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield endpoint.port
+    finally:
+        process.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "fake":
+        server = request.getfixturevalue("fake_server")
+        chosen = Backend("fake", server.port, _fake_blocked_clients(server))
+    else:
+        port = request.getfixturevalue("real_server")
+        chosen = Backend("real", port, _real_blocked_clients(port))
+    chosen.client().flushall()
+    chosen.wait_blocked(0)  # nothing left blocked by an earlier test
+    try:
+        yield chosen
+    finally:
+        chosen.close()
+
+
+@pytest.fixture
+def key() -> Callable[[str], str]:
+    prefix = uuid.uuid4().hex[:8]
+    return lambda name: f"{prefix}:{name}"
+
+
+class Call(threading.Thread):
+    """Run one (blocking) client call in a thread; remember its outcome and whether `after` was set when it ended."""
+
+    def __init__(self, func: Callable[[], Any], after: threading.Event | None = None):
+        super().__init__(daemon=True)
+        self._func = func
+        self._after = after
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.ended_after_event: bool | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.result = self._func()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            if self._after is not None:
+                self.ended_after_event = self._after.is_set()
+            self.done.set()
+
+    def outcome(self) -> Any:
+        self.join(LIMIT)
+        assert not self.is_alive(), "the blocking call never returned"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Gap 1: a client that dies while blocked must not take the next element.
+# ----------------------------------------------------------------------------------------------------------------------
+
+# what the doomed worker subprocess runs (SRC, DST: its keys; r: its client)
+GHOST_COMMANDS = {
+    "blpop": "r.blpop([SRC], 0)",
+    "brpop": "r.brpop([SRC], 0)",
+    "blmove": "r.blmove(SRC, DST, 0, 'LEFT', 'RIGHT')",
+    "brpoplpush": "r.brpoplpush(SRC, DST, 0)",
+    "blmpop": "r.blmpop(0, 1, SRC, direction='LEFT')",
+    "bzpopmin": "r.bzpopmin([SRC], 0)",
+}
+
+
+def _push(client: redis.Redis, command: str, src: str) -> None:
+    if command == "bzpopmin":
+        client.zadd(src, {"job-1": 1})
+    else:
+        client.rpush(src, "job-1")
+
+
+def _left(client: redis.Redis, command: str, src: str) -> list[bytes]:
+    if command == "bzpopmin":
+        return client.zrange(src, 0, -1)
+    return client.lrange(src, 0, -1)
+
+
+@pytest.mark.parametrize("command", sorted(GHOST_COMMANDS))
+def test_killed_blocked_client_does_not_steal(backend: Backend, key, command: str) -> None:
+    src, dst = key("src"), key("dst")
+    code = (
+        "import sys, redis\n"
+        f"SRC, DST = {src!r}, {dst!r}\n"
+        "r = redis.Redis(host='127.0.0.1', port=int(sys.argv[1]))\n"
+        f"{GHOST_COMMANDS[command]}\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(backend.port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: backend.blocked_clients() == 1 or proc.poll() is not None, "the worker to block")
+        assert proc.poll() is None, f"the worker exited ({proc.returncode}) instead of blocking"
+    finally:
+        proc.kill()
+        proc.wait()
+
+    client = backend.client()
+    _push(client, command, src)
+    backend.wait_blocked(0)  # the dead client is gone for good, whatever it did with the push
+
+    assert _left(client, command, src) == [b"job-1"]
+    assert not client.exists(dst)
+
+
+def test_client_closed_by_socket_timeout_does_not_steal(backend: Backend, key) -> None:
+    queue = key("queue")
+    worker = backend.client(socket_timeout=0.3)
+    with pytest.raises(redis.TimeoutError):
+        worker.blpop([queue], 0)  # redis-py closes the connection on a read timeout
+    assert worker.ping()  # ... and reconnects on the next command
+
+    backend.client().rpush(queue, "job-1")
+    backend.wait_blocked(0)
+
+    assert worker.lrange(queue, 0, -1) == [b"job-1"]
+    assert worker.lpop(queue) == b"job-1"
+
+
+def test_client_killed_with_client_kill_does_not_steal(backend: Backend, key) -> None:
+    queue = key("queue")
+    worker = backend.client()
+    worker_id = worker.client_id()
+    call = Call(lambda: worker.blpop([queue], 0))
+    call.start()
+    backend.wait_blocked(1)
+
+    client = backend.client()
+    assert client.client_kill_filter(_id=worker_id) == 1
+    with pytest.raises(redis.ConnectionError):
+        call.outcome()
+    client.rpush(queue, "job-1")
+    backend.wait_blocked(0)
+
+    assert client.lrange(queue, 0, -1) == [b"job-1"]
+
+
+def test_worker_retrying_after_socket_timeouts_gets_the_job(backend: Backend, key) -> None:
+    """A worker loop re-issuing BLPOP after each client-side timeout: the live connection gets the job, no ghost."""
+    queue = key("queue")
+    worker = backend.client(socket_timeout=0.2)
+    timeouts = 0
+    give_up = time.monotonic() + LIMIT
+
+    def work() -> Any:
+        nonlocal timeouts
+        while time.monotonic() < give_up:
+            try:
+                return worker.blpop([queue], 0)
+            except redis.TimeoutError:
+                timeouts += 1
+        return None
+
+    call = Call(work)
+    call.start()
+    wait_until(lambda: timeouts >= 2, "two client-side timeouts")
+    backend.client().rpush(queue, "job-1")
+
+    assert call.outcome() == (queue.encode(), b"job-1")
+    assert backend.client().llen(queue) == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Gap 2: BLMOVE blocks as in real Redis.
+# ----------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", [0, 30.5])
+def test_blmove_blocks_until_an_element_is_pushed(backend: Backend, key, timeout: float) -> None:
+    src, dst = key("src"), key("dst")
+    pushing = threading.Event()
+    blocked = backend.client()
+    call = Call(lambda: blocked.blmove(src, dst, timeout, "LEFT", "RIGHT"), after=pushing)
+    call.start()
+    backend.wait_blocked(1)
+    assert not call.done.is_set()
+
+    pushing.set()
+    backend.client().rpush(src, "job-1")
+
+    assert call.outcome() == b"job-1"
+    assert call.ended_after_event, "BLMOVE returned before anything was pushed"
+    client = backend.client()
+    assert client.lrange(dst, 0, -1) == [b"job-1"]
+    assert not client.exists(src)
+
+
+@pytest.mark.parametrize(("wherefrom", "whereto", "moved", "src_left", "dst_left"), [
+    ("LEFT", "LEFT", b"a", [b"b", b"c"], [b"a", b"z"]),
+    ("LEFT", "RIGHT", b"a", [b"b", b"c"], [b"z", b"a"]),
+    ("RIGHT", "LEFT", b"c", [b"a", b"b"], [b"c", b"z"]),
+    ("RIGHT", "RIGHT", b"c", [b"a", b"b"], [b"z", b"c"]),
+])
+def test_blmove_on_a_non_empty_source_moves_at_once(backend: Backend, key, wherefrom, whereto, moved, src_left,
+                                                    dst_left) -> None:
+    src, dst = key("src"), key("dst")
+    client = backend.client()
+    client.rpush(src, "a", "b", "c")
+    client.rpush(dst, "z")
+    assert client.blmove(src, dst, 0, wherefrom, whereto) == moved
+    assert client.lrange(src, 0, -1) == src_left
+    assert client.lrange(dst, 0, -1) == dst_left
+
+
+def test_blmove_onto_its_own_source_rotates(backend: Backend, key) -> None:
+    ring = key("ring")
+    client = backend.client()
+    client.rpush(ring, "a", "b", "c")
+    assert client.blmove(ring, ring, 0, "RIGHT", "LEFT") == b"c"
+    assert client.lrange(ring, 0, -1) == [b"c", b"a", b"b"]
+
+
+def test_blmove_times_out_with_nil(backend: Backend, key) -> None:
+    src, dst = key("src"), key("dst")
+    client = backend.client()
+    started = time.monotonic()
+    assert client.blmove(src, dst, 0.3, "LEFT", "RIGHT") is None
+    assert time.monotonic() - started >= 0.25  # lower bound only
+    assert not client.exists(src) and not client.exists(dst)
+    backend.wait_blocked(0)
+
+
+def test_blmove_inside_multi_does_not_block(backend: Backend, key) -> None:
+    pipe = backend.client().pipeline(transaction=True)
+    pipe.blmove(key("src"), key("dst"), 0, "LEFT", "RIGHT")
+    assert pipe.execute() == [None]
+
+
+def test_blmove_wrong_types_and_bad_arguments(backend: Backend, key) -> None:
+    src, dst, text = key("src"), key("dst"), key("text")
+    client = backend.client()
+    client.set(text, "not a list")
+
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        client.blmove(text, dst, 0, "LEFT", "RIGHT")  # wrong-typed source: at once, even with timeout 0
+    client.rpush(src, "job-1")
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        client.blmove(src, text, 0, "LEFT", "RIGHT")  # wrong-typed destination: nothing moved
+    assert client.lrange(src, 0, -1) == [b"job-1"]
+    assert client.get(text) == b"not a list"
+
+    # An empty source blocks whatever the destination holds, as in Redis.
+    assert client.blmove(key("empty"), text, 0.2, "LEFT", "RIGHT") is None
+
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        client.execute_command("BLMOVE", key("empty"), dst, "UP", "LEFT", "abc")
+    with pytest.raises(redis.ResponseError, match="timeout is negative"):
+        client.execute_command("BLMOVE", key("empty"), dst, "LEFT", "LEFT", "-1")
+    with pytest.raises(redis.ResponseError, match="timeout is not a float or out of range"):
+        client.execute_command("BLMOVE", key("empty"), dst, "LEFT", "LEFT", "soon")
+
+
+def test_blmove_served_onto_a_wrong_typed_destination_errors(backend: Backend, key) -> None:
+    src, dst = key("src"), key("dst")
+    blocked = backend.client()
+    call = Call(lambda: blocked.blmove(src, dst, 0, "LEFT", "RIGHT"))
+    call.start()
+    backend.wait_blocked(1)
+
+    client = backend.client()
+    client.set(dst, "not a list")
+    client.rpush(src, "job-1")
+
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        call.outcome()
+    assert client.lrange(src, 0, -1) == [b"job-1"]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Several blocked clients, and shutting down under them.
+# ----------------------------------------------------------------------------------------------------------------------
+
+def test_blocked_clients_on_two_lists_wake_correctly(backend: Backend, key) -> None:
+    jobs, urgent, processing = key("jobs"), key("urgent"), key("processing")
+    on_jobs = backend.client()
+    on_urgent = backend.client()
+    popper = Call(lambda: on_jobs.blpop([jobs], 0))
+    mover = Call(lambda: on_urgent.blmove(urgent, processing, 0, "LEFT", "RIGHT"))
+    popper.start()
+    mover.start()
+    backend.wait_blocked(2)
+
+    client = backend.client()
+    client.rpush(urgent, "u-1")
+    assert mover.outcome() == b"u-1"
+    backend.wait_blocked(1)
+    assert not popper.done.is_set(), "the client blocked on the other list woke up"
+
+    client.rpush(jobs, "j-1", "j-2")
+    assert popper.outcome() == (jobs.encode(), b"j-1")
+    assert client.lrange(jobs, 0, -1) == [b"j-2"]
+    assert client.lrange(processing, 0, -1) == [b"u-1"]
+    assert not client.exists(urgent)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_server_stops_promptly_with_blocked_clients(kind: str) -> None:
+    if kind == "fake":
+        server = start_fake_server()
+        port, blocked_clients = server.port, _fake_blocked_clients(server)
+        stop = lambda: stop_fake_server(server)  # noqa: E731
+    else:
+        try:
+            process = RedisServerProcess()
+            port = process.start().port
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+        blocked_clients, stop = _real_blocked_clients(port), process.stop
+
+    clients = [_client(port), _client(port)]
+    calls = [Call(lambda: clients[0].blpop(["q"], 0)), Call(lambda: clients[1].blmove("q", "p", 0, "LEFT", "LEFT"))]
+    try:
+        for call in calls:
+            call.start()
+        wait_until(lambda: blocked_clients() == 2, "2 blocked clients")
+    finally:
+        stop()
+
+    for call in calls:
+        with pytest.raises(redis.ConnectionError):
+            call.outcome()  # the server closed the connection: not a reply, not a hang
+    with pytest.raises(redis.ConnectionError):
+        _client(port, socket_connect_timeout=1).ping()
+    for client in clients:
+        client.close()
+    if kind == "fake":
+        assert server.join_handlers(0)  # no handler thread left behind
