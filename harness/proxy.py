@@ -1,0 +1,801 @@
+"""A recording TCP relay between a learner's Redis clients and the private Redis server of a check.
+
+`RecordingProxy` listens on 127.0.0.1 (a free port) and relays every connection to the upstream server, byte for byte,
+in both directions. On the way it parses what clients send (RESP arrays of bulk strings, and inline commands as typed
+into telnet) and records every command, so a check can see which values a worker pushed, in which order, from which
+connection. It also parses what the server sends back (RESP2 and RESP3) just far enough to count replies, which tells
+which commands are still waiting for theirs: `pending()` lists e.g. the BLPOP a worker is blocked in.
+
+Design notes:
+
+* Two daemon threads per connection (client->server and server->client) with plain blocking sockets, plus one accept
+  thread. Blocking I/O keeps the added latency to one thread wake-up per hop.
+* Each direction is parsed *before* its bytes are forwarded. So a command is recorded before the server can act on it
+  (seq order respects causality across connections: a command a client sends after seeing the effect of another one
+  always gets a higher seq), and a command leaves `pending()` before its client can see the reply.
+* The parsers never hold more than one partial header line (bounded by Redis' own 64 KiB inline limit) plus the
+  recorded prefix of the argument being read: payload beyond `max_arg_bytes` is counted and skipped, never buffered,
+  so a 20 MB value streams through.
+* Parsing problems never affect the relay: a connection whose client stream cannot be parsed stops being recorded, and
+  a connection whose reply stream cannot be followed (or is in RESP2 pub/sub mode, MONITOR, CLIENT REPLY OFF/SKIP, ...)
+  stops being pending-tracked. Bytes keep flowing unchanged either way.
+"""
+from __future__ import annotations
+
+import collections
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["Command", "RecordingProxy"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    seq: int  # global order of arrival across all connections
+    conn: int  # connection number, 1, 2, ...
+    at: float  # time.time() when the command was fully received
+    args: tuple[bytes, ...]  # the command's arguments; each arg truncated to max_arg_bytes
+    truncated: bool  # True if any arg was truncated
+
+    @property
+    def name(self) -> str:
+        return self.args[0].decode("latin-1").upper() if self.args else ""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# client -> server: commands
+
+_INLINE_MAX = 64 * 1024  # Redis' PROTO_INLINE_MAX_SIZE: longer header or inline lines are protocol errors
+_MULTIBULK_MAX = 2**31 - 1  # Redis rejects a larger argument count
+_BULK_MAX = 512 * 1024 * 1024  # Redis' default proto-max-bulk-len
+
+_STAR, _DOLLAR = ord("*"), ord("$")
+_C_SPACE = frozenset(b" \t\n\r\x0b\x0c")  # C isspace(): what sdssplitargs skips between arguments
+_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _string2ll(raw: bytes) -> int | None:
+    """Redis' string2ll(): an optional '-', then digits with no leading zero (or just "0")."""
+    if not raw or len(raw) > 20:
+        return None
+    if raw == b"0":
+        return 0
+    digits = raw[1:] if raw[0] == 45 else raw
+    if not digits or digits[0] == 48 or not digits.isdigit():
+        return None
+    return -int(digits) if raw[0] == 45 else int(digits)
+
+
+def _split_inline(line: bytes) -> list[bytes] | None:
+    """Redis' sdssplitargs(): the arguments of an inline command, or None for unbalanced quotes."""
+    if b'"' not in line and b"'" not in line and b"\x0b" not in line and b"\x0c" not in line:
+        return line.split()  # no quoting: whitespace-separated words, exactly as sdssplitargs splits them
+    n = len(line)
+
+    def at(i: int) -> int:
+        return line[i] if i < n else 0
+
+    out: list[bytes] = []
+    i = 0
+    while True:
+        while i < n and line[i] in _C_SPACE:
+            i += 1
+        if i >= n:
+            return out
+        current = bytearray()
+        in_dq = in_sq = done = False
+        while not done:
+            c = at(i)
+            if in_dq:
+                if c == 92 and at(i + 1) == 120 and at(i + 2) in _HEX and at(i + 3) in _HEX:  # \xHH
+                    current.append(int(line[i + 2:i + 4], 16))
+                    i += 3
+                elif c == 92 and at(i + 1):
+                    i += 1
+                    current.append(_ESCAPES.get(line[i], line[i]))
+                elif c == 34:  # closing quote: must be followed by a space or the end
+                    if at(i + 1) and at(i + 1) not in _C_SPACE:
+                        return None
+                    done = True
+                elif c == 0:
+                    return None  # unterminated quotes
+                else:
+                    current.append(c)
+            elif in_sq:
+                if c == 92 and at(i + 1) == 39:
+                    i += 1
+                    current.append(39)
+                elif c == 39:
+                    if at(i + 1) and at(i + 1) not in _C_SPACE:
+                        return None
+                    done = True
+                elif c == 0:
+                    return None
+                else:
+                    current.append(c)
+            elif c in (32, 10, 13, 9, 0):
+                done = True
+            elif c == 34:
+                in_dq = True
+            elif c == 39:
+                in_sq = True
+            else:
+                current.append(c)
+            if at(i):
+                i += 1
+        out.append(bytes(current))
+
+
+def _whole_commands(data: bytes, pos: int, limit: int, out: list) -> int:
+    """The fast path of _CommandParser.feed: parse the plain, complete multibulk commands from `pos` on.
+
+    Returns where it stopped: the end of the data, or the start of a command that is incomplete or unusual in any way
+    (the general, byte-exact path then takes it from there).
+    """
+    find = data.find
+    n = len(data)
+    while pos < n and data[pos] == _STAR:
+        r = find(b"\r", pos, pos + 12)
+        count = data[pos + 1:r]
+        if r < 0 or not count.isdigit() or count[0] == 48:  # let the general path deal with it
+            return pos
+        p = r + 2
+        args = []
+        truncated = False
+        for _ in range(int(count)):
+            r = find(b"\r", p, p + 12)
+            length = data[p + 1:r]
+            if r < 0 or data[p] != _DOLLAR or not length.isdigit() or (length[0] == 48 and len(length) > 1):
+                return pos
+            p = r + 2
+            end = p + int(length)
+            if end + 2 > n:
+                return pos
+            if end - p > limit:
+                truncated = True
+                args.append(data[p:p + limit])
+            else:
+                args.append(data[p:end])
+            p = end + 2
+        out.append((tuple(args), truncated))
+        pos = p
+    return pos
+
+
+class _ProtocolConfusion(Exception):
+    """The stream does not parse the way the server would parse it: stop following it."""
+
+
+class _CommandParser:
+    """Incremental parser of a client's stream, mirroring how Redis splits it into commands.
+
+    `feed(data, out)` appends the commands completed by `data` to `out` as (args, truncated) pairs. Bulk payloads are
+    consumed as they arrive; only their first `max_arg` bytes are kept. Raises _ProtocolConfusion where Redis would reply
+    with a protocol error (and close the connection), or would stall; what `out` holds by then stays valid.
+    """
+
+    __slots__ = ("_max", "_buf", "_nargs", "_args", "_trunc", "_left", "_crlf", "_part")
+
+    def __init__(self, max_arg: int):
+        self._max = max_arg
+        self._buf = b""  # unparsed tail: a partial header or inline line
+        self._nargs = 0  # arguments still to read for the current multibulk command; 0 = between commands
+        self._args: list[bytes] = []
+        self._trunc = False
+        self._left = -1  # payload bytes of the current bulk argument still to come; -1 = waiting for its header
+        self._crlf = 0  # bytes of the CRLF after that payload still to come
+        self._part = bytearray()  # kept prefix of a bulk argument that spans reads
+
+    def _add_arg(self, arg: bytes, out: list) -> None:
+        self._args.append(arg)
+        self._nargs -= 1
+        if not self._nargs:
+            out.append((tuple(self._args), self._trunc))
+            self._args = []
+            self._trunc = False
+
+    def feed(self, data: bytes, out: list[tuple[tuple[bytes, ...], bool]]) -> None:
+        if self._buf:
+            data = self._buf + data
+            self._buf = b""
+        n = len(data)
+        pos = 0
+        limit = self._max
+        while True:
+            if not self._nargs:  # between commands: '*' starts a multibulk command, anything else an inline one
+                if pos >= n:
+                    break
+                if data[pos] == _STAR:
+                    end = _whole_commands(data, pos, limit, out)
+                    if end != pos:
+                        pos = end
+                        continue
+                    r = data.find(b"\r", pos)
+                    if r < 0 or r + 1 >= n:
+                        if n - pos > _INLINE_MAX:
+                            raise _ProtocolConfusion("multibulk count line too long")
+                        break
+                    count = _string2ll(data[pos + 1:r])
+                    if count is None or count > _MULTIBULK_MAX:
+                        raise _ProtocolConfusion("invalid multibulk length")
+                    pos = r + 2  # Redis skips the byte after '\r' without looking at it
+                    if count > 0:  # "*0" and "*-1" are empty commands: no reply
+                        self._nargs = count
+                        self._left = -1
+                    continue
+                nl = data.find(b"\n", pos)
+                if nl < 0:
+                    if n - pos > _INLINE_MAX:
+                        raise _ProtocolConfusion("inline request too long")
+                    break
+                line = data[pos:nl]
+                pos = nl + 1
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if b"\x00" in line:  # Redis scans with strchr(): a NUL hides the newline and the request stalls
+                    raise _ProtocolConfusion("NUL in inline request")
+                words = _split_inline(line)
+                if words is None:
+                    raise _ProtocolConfusion("unbalanced quotes in inline request")
+                if words:  # an empty line is no command (and gets no reply)
+                    truncated = any(len(w) > limit for w in words)
+                    if truncated:
+                        words = [w[:limit] for w in words]
+                    out.append((tuple(words), truncated))
+                continue
+
+            if self._left < 0:  # waiting for "$<len>\r\n"
+                if pos >= n:
+                    break
+                r = data.find(b"\r", pos)
+                if r < 0 or r + 1 >= n:
+                    if n - pos > _INLINE_MAX:
+                        raise _ProtocolConfusion("bulk length line too long")
+                    break
+                if data[pos] != _DOLLAR:
+                    raise _ProtocolConfusion("expected '$'")
+                length = _string2ll(data[pos + 1:r])
+                if length is None or length < 0 or length > _BULK_MAX:
+                    raise _ProtocolConfusion("invalid bulk length")
+                pos = r + 2
+                if n - pos >= length + 2:  # the whole argument is here (the usual case)
+                    if length > limit:
+                        self._trunc = True
+                        self._add_arg(data[pos:pos + limit], out)
+                    else:
+                        self._add_arg(data[pos:pos + length], out)
+                    pos += length + 2
+                    continue
+                if length > limit:
+                    self._trunc = True
+                self._left = length
+                self._crlf = 2
+                self._part = bytearray()
+
+            # inside a bulk argument that spans reads
+            if self._left:
+                take = min(n - pos, self._left)
+                room = limit - len(self._part)
+                if room > 0:
+                    self._part += data[pos:pos + min(take, room)]
+                pos += take
+                self._left -= take
+                if self._left:
+                    break
+            take = min(n - pos, self._crlf)
+            pos += take
+            self._crlf -= take
+            if self._crlf:
+                break
+            self._left = -1
+            part, self._part = self._part, bytearray()
+            self._add_arg(bytes(part), out)
+        if pos < n:
+            self._buf = data[pos:]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# server -> client: replies
+
+_LINE_TYPES = frozenset(b"+-:_,#(")  # a value on one line
+_BULK_TYPES = frozenset(b"$!=")  # "<len>\r\n" then a payload
+_AGG_TYPES = frozenset(b"*~>")  # "<n>\r\n" then n values
+_PAIR_TYPES = frozenset(b"%|")  # "<n>\r\n" then n key/value pairs
+_PUSH, _ATTR, _ARRAY, _BULK = ord(">"), ord("|"), ord("*"), ord("$")
+_HEADER_MAX = 64  # "$<len>" fits in far less
+
+
+class _ReplyParser:
+    """Incremental RESP2 + RESP3 parser that counts complete top-level values in the server's stream.
+
+    `feed(data)` returns (types, values): the first type byte of every complete reply to a command in `data`, in order,
+    and the number of complete top-level values, push messages included. An attribute (`|`) is not a value of its own:
+    it annotates the value after it. A push message (`>`) is a value but not a reply. Payloads and long lines are
+    skipped, never buffered. Raises _ProtocolConfusion on a stream that is not RESP.
+    """
+
+    __slots__ = ("_buf", "_skip", "_skip_type", "_line_type", "_cr", "_stack", "_types", "_values")
+
+    def __init__(self):
+        self._buf = b""  # partial header line of an aggregate or bulk value
+        self._skip = 0  # payload bytes (CRLF included) of a bulk value still to come
+        self._skip_type = 0
+        self._line_type = 0  # type of a one-line value whose CRLF has not arrived yet
+        self._cr = False  # ... and the data so far ended with '\r'
+        self._stack: list[list[int]] = []  # open aggregates: [values still to come, type]
+        self._types: list[int] = []
+        self._values = 0
+
+    def _done(self, kind: int) -> None:
+        stack = self._stack
+        while stack:
+            if kind == _ATTR:
+                return  # an attribute does not count as an element of its parent
+            top = stack[-1]
+            top[0] -= 1
+            if top[0]:
+                return
+            stack.pop()
+            kind = top[1]
+        if kind == _ATTR:
+            return
+        self._values += 1
+        if kind != _PUSH:
+            self._types.append(kind)
+
+    def feed(self, data: bytes) -> tuple[list[int], int]:
+        self._types = []
+        self._values = 0
+        n = len(data)
+        pos = 0
+        if self._skip:
+            if n < self._skip:
+                self._skip -= n
+                return self._types, 0
+            pos = self._skip
+            self._skip = 0
+            self._done(self._skip_type)
+        elif self._line_type:
+            if self._cr and n and data[0] == 10:
+                pos = 1
+            else:
+                i = data.find(b"\r\n")
+                if i < 0:
+                    self._cr = data.endswith(b"\r") or (self._cr and not n)
+                    return self._types, 0
+                pos = i + 2
+            kind, self._line_type, self._cr = self._line_type, 0, False
+            self._done(kind)
+        elif self._buf:
+            data = self._buf + data
+            self._buf = b""
+            n = len(data)
+        while pos < n:
+            t = data[pos]
+            i = data.find(b"\r\n", pos + 1)
+            if t in _LINE_TYPES:
+                if i < 0:
+                    self._line_type = t
+                    self._cr = data.endswith(b"\r") and n - pos > 1
+                    break
+                pos = i + 2
+                self._done(t)
+                continue
+            if i < 0:
+                if n - pos > _HEADER_MAX:
+                    raise _ProtocolConfusion("header line too long")
+                self._buf = data[pos:]
+                break
+            if i - pos > _HEADER_MAX:
+                raise _ProtocolConfusion("header line too long")
+            try:
+                length = int(data[pos + 1:i])
+            except ValueError:
+                raise _ProtocolConfusion("bad length") from None
+            pos = i + 2
+            if t in _BULK_TYPES:
+                if length < 0:
+                    if length == -1 and t == _BULK:  # RESP2 null bulk string
+                        self._done(t)
+                        continue
+                    raise _ProtocolConfusion("negative length")
+                need = length + 2
+                if n - pos >= need:
+                    pos += need
+                    self._done(t)
+                    continue
+                self._skip = need - (n - pos)
+                self._skip_type = t
+                break
+            if t in _AGG_TYPES or t in _PAIR_TYPES:
+                if length < 0:
+                    if length == -1 and t == _ARRAY:  # RESP2 null array
+                        self._done(t)
+                        continue
+                    raise _ProtocolConfusion("negative length")
+                count = 2 * length if t in _PAIR_TYPES else length
+                if count:
+                    self._stack.append([count, t])
+                else:
+                    self._done(t)
+                continue
+            raise _ProtocolConfusion(f"unknown type byte {t!r}")
+        return self._types, self._values
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the relay
+
+_RECV = 65536
+_CONNECT_TIMEOUT = 5.0
+_HALF_CLOSE_GRACE = 2.0  # after a client's EOF, how long the server may take to finish answering and close
+_CLOSE_BUDGET = 0.8  # close() joins threads for at most this long in total
+_PENDING_CAP = 10_000  # per connection; beyond it, commands awaiting replies are only counted
+
+# Commands that change how replies flow (looked up once per command, upper-cased).
+_SUB, _UNSUB, _STREAMING, _CLIENT, _MULTI, _MULTI_END = range(6)
+_SPECIAL = {b"SUBSCRIBE": _SUB, b"PSUBSCRIBE": _SUB, b"SSUBSCRIBE": _SUB,
+            b"UNSUBSCRIBE": _UNSUB, b"PUNSUBSCRIBE": _UNSUB, b"SUNSUBSCRIBE": _UNSUB,
+            b"MONITOR": _STREAMING, b"SYNC": _STREAMING, b"PSYNC": _STREAMING,
+            b"CLIENT": _CLIENT, b"MULTI": _MULTI, b"EXEC": _MULTI_END, b"DISCARD": _MULTI_END, b"RESET": _MULTI_END}
+_MAP, _SIMPLE = ord("%"), ord("+")
+
+
+class _Conn:
+    __slots__ = ("num", "client", "upstream", "commands", "replies", "pending", "tracking", "proto", "in_multi",
+                 "closing", "done", "alive", "threads")
+
+    def __init__(self, num: int, client: socket.socket, max_arg: int):
+        self.num = num
+        self.client = client
+        self.upstream: socket.socket | None = None
+        self.commands: _CommandParser | None = _CommandParser(max_arg)  # None once confused
+        self.replies: _ReplyParser | None = _ReplyParser()  # None once confused
+        self.pending: collections.deque = collections.deque()  # records (see _on_client_data), or int: that many more
+        self.tracking = True
+        self.proto: int | None = 2  # RESP version; None when unknown
+        self.in_multi = False
+        self.closing = False
+        self.done = threading.Event()
+        self.alive = 1  # relay threads still running
+        self.threads: list[threading.Thread] = []
+
+
+class RecordingProxy:
+    """A TCP relay to `upstream` that records every command clients send through it. See the module docstring."""
+
+    def __init__(self, upstream: tuple[str, int], *, max_arg_bytes: int = 65536, max_commands: int = 200_000):
+        if max_arg_bytes < 0 or max_commands < 0:
+            raise ValueError("max_arg_bytes and max_commands must not be negative")
+        self._upstream = (upstream[0], int(upstream[1]))
+        self._max_arg = max_arg_bytes
+        self._max_commands = max_commands
+        self._lock = threading.Lock()
+        self._commands: list = []  # Command, or its fields as a tuple until a snapshot needs it (cheaper to record)
+        self._materialized = 0  # self._commands[:_materialized] are all Command
+        self._snapshot_lock = threading.Lock()
+        self._conns: dict[int, _Conn] = {}
+        self._seq = 0
+        self._conn_count = 0
+        self._activity = 0
+        self.dropped = 0
+        self._address: tuple[str, int] | None = None
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- public interface ---------------------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._address is None:
+            raise RuntimeError("RecordingProxy.address is known only after start()")
+        return self._address
+
+    @property
+    def activity(self) -> int:
+        return self._activity
+
+    def start(self) -> RecordingProxy:
+        if self._listener is not None or self._closed:
+            raise RuntimeError("a RecordingProxy can be started only once")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(128)
+            listener.settimeout(0.25)  # a fallback: shutdown() already wakes accept() on Linux
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._address = listener.getsockname()[:2]
+        self._accept_thread = threading.Thread(target=self._accept_loop, name=f"retrylab-proxy-{self._address[1]}",
+                                               daemon=True)
+        self._accept_thread.start()
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conns = list(self._conns.values())
+        if self._listener is not None:
+            _shutdown(self._listener)
+            self._listener.close()
+        for conn in conns:
+            self._end(conn)
+        deadline = time.monotonic() + _CLOSE_BUDGET
+        threads = [self._accept_thread] if self._accept_thread else []
+        threads += [t for conn in conns for t in list(conn.threads)]
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        # The relay threads close the sockets as they exit (never close a socket another thread may be blocked on);
+        # the shutdowns above have already ended both TCP connections of every pair for the peers.
+
+    def commands(self) -> list[Command]:
+        with self._snapshot_lock:  # one snapshot at a time; the relay threads only ever append
+            with self._lock:
+                start = self._materialized
+                raw = self._commands[start:]
+            made = [Command(*r) for r in raw]  # outside the relay lock: can be a lot at once
+            with self._lock:
+                self._commands[start:start + len(made)] = made
+                self._materialized = start + len(made)
+                return self._commands[:start + len(made)]
+
+    def pending(self) -> list[Command]:
+        with self._lock:
+            raw = [r for conn in self._conns.values() if conn.tracking for r in conn.pending if type(r) is tuple]
+        raw.sort()
+        return [Command(*r) for r in raw]
+
+    def __enter__(self) -> RecordingProxy:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<RecordingProxy {self._address} -> {self._upstream} commands={len(self._commands)} "
+                f"dropped={self.dropped} connections={len(self._conns)}>")
+
+    # -- connections --------------------------------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        while not self._closed:
+            try:
+                client, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.05)  # e.g. out of file descriptors: don't spin
+                continue
+            client.setblocking(True)
+            _nodelay(client)
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    return
+                self._conn_count += 1
+                conn = _Conn(self._conn_count, client, self._max_arg)
+                self._conns[conn.num] = conn
+            thread = threading.Thread(target=self._client_to_server, args=(conn,), daemon=True,
+                                      name=f"retrylab-proxy-{self._address[1]}-c{conn.num}-in")
+            conn.threads.append(thread)
+            thread.start()
+
+    def _end(self, conn: _Conn) -> None:
+        """Close the pair: wake both relay threads (the last one to exit closes the sockets). Idempotent."""
+        with self._lock:
+            conn.closing = True
+            conn.tracking = False
+            conn.pending.clear()
+            upstream = conn.upstream
+        _shutdown(conn.client)
+        if upstream is not None:
+            _shutdown(upstream)
+        conn.done.set()
+
+    def _thread_exit(self, conn: _Conn) -> None:
+        self._end(conn)
+        with self._lock:
+            conn.alive -= 1
+            last = conn.alive == 0
+            if last and self._conns.get(conn.num) is conn:
+                del self._conns[conn.num]
+        if last:
+            conn.client.close()
+            if conn.upstream is not None:
+                conn.upstream.close()
+
+    def _client_to_server(self, conn: _Conn) -> None:
+        try:
+            try:
+                upstream = socket.create_connection(self._upstream, timeout=_CONNECT_TIMEOUT)
+            except OSError:
+                return  # the finally clause closes the client socket
+            upstream.settimeout(None)
+            _nodelay(upstream)
+            with self._lock:
+                if conn.closing:
+                    upstream.close()
+                    return
+                conn.upstream = upstream
+                conn.alive += 1
+            thread = threading.Thread(target=self._server_to_client, args=(conn,), daemon=True,
+                                      name=f"retrylab-proxy-{self._address[1]}-c{conn.num}-out")
+            conn.threads.append(thread)
+            thread.start()
+            client = conn.client
+            while True:
+                try:
+                    data = client.recv(_RECV)
+                except OSError:
+                    return
+                if not data:
+                    break
+                if conn.commands is not None:
+                    self._on_client_data(conn, data)
+                try:
+                    upstream.sendall(data)
+                except OSError:
+                    return
+            # The client closed (or half-closed) its side: pass that on, let the server answer what it has received
+            # and close, which ends the pair from the other thread. Force it after a grace period.
+            try:
+                upstream.shutdown(socket.SHUT_WR)
+            except OSError:
+                return
+            conn.done.wait(_HALF_CLOSE_GRACE)
+        finally:
+            self._thread_exit(conn)
+
+    def _server_to_client(self, conn: _Conn) -> None:
+        try:
+            upstream, client = conn.upstream, conn.client
+            while True:
+                try:
+                    data = upstream.recv(_RECV)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self._on_server_data(conn, data)
+                try:
+                    client.sendall(data)
+                except OSError:
+                    return
+        finally:
+            self._thread_exit(conn)
+
+    # -- recording ----------------------------------------------------------------------------------------------------
+
+    def _on_client_data(self, conn: _Conn, data: bytes) -> None:
+        parsed: list[tuple[tuple[bytes, ...], bool]] = []
+        try:
+            conn.commands.feed(data, parsed)
+            confused = False
+        except Exception:  # _ProtocolConfusion, or a bug: never let it reach the relay
+            confused = True
+        if not parsed and not confused:
+            return
+        now = time.time()
+        num = conn.num
+        with self._lock:
+            commands = self._commands
+            for args, truncated in parsed:
+                self._seq += 1
+                record = (self._seq, num, now, args, truncated)  # a Command's fields
+                if len(commands) < self._max_commands:
+                    commands.append(record)
+                else:
+                    self.dropped += 1
+                if conn.tracking:
+                    self._track(conn, record)
+            self._activity += len(parsed)
+            if confused:
+                conn.commands = None
+                self._untrack(conn)
+
+    def _track(self, conn: _Conn, record: tuple) -> None:
+        """Note that `record` awaits a reply (called with the lock held, before the server can see the command)."""
+        args = record[3]
+        special = _SPECIAL.get(args[0].upper())
+        if special is None:
+            pass
+        elif special == _SUB or special == _UNSUB:
+            # RESP2: in pub/sub mode messages are arrays, indistinguishable from replies. RESP3: (un)subscribe
+            # confirmations are push messages, so these commands get no reply of their own, unless SUBSCRIBE lacks a
+            # channel (an error).
+            if conn.proto != 3 or conn.in_multi:
+                self._untrack(conn)
+                return
+            if special == _UNSUB or len(args) > 1:
+                return
+        elif special == _STREAMING:
+            self._untrack(conn)
+            return
+        elif special == _CLIENT:
+            if len(args) > 2 and args[1].upper() == b"REPLY" and args[2].upper() != b"ON":
+                self._untrack(conn)  # OFF / SKIP: replies go missing
+                return
+        elif special == _MULTI:
+            conn.in_multi = True
+        else:
+            conn.in_multi = False
+        pending = conn.pending
+        if len(pending) < _PENDING_CAP:
+            pending.append(record)
+        elif isinstance(pending[-1], int):
+            pending[-1] += 1
+        else:
+            pending.append(1)
+
+    def _untrack(self, conn: _Conn) -> None:
+        conn.tracking = False
+        conn.pending.clear()
+
+    def _on_server_data(self, conn: _Conn, data: bytes) -> None:
+        parser = conn.replies
+        if parser is None:
+            with self._lock:
+                self._activity += 1
+            return
+        try:
+            types, values = parser.feed(data)
+            confused = False
+        except Exception:
+            types, values, confused = parser._types, parser._values, True
+        if not values and not confused:
+            return
+        with self._lock:
+            self._activity += values or 1
+            if conn.tracking:
+                pending = conn.pending
+                for kind in types:
+                    if not pending:
+                        self._untrack(conn)  # a reply nobody asked for: we lost track
+                        break
+                    head = pending[0]
+                    if isinstance(head, int):
+                        if head > 1:
+                            pending[0] = head - 1
+                        else:
+                            pending.popleft()
+                        continue
+                    pending.popleft()
+                    name = head[3][0].upper()
+                    if name == b"HELLO":
+                        if kind == _MAP:
+                            conn.proto = 3
+                        elif kind == _ARRAY:
+                            conn.proto = 2
+                        elif kind == _SIMPLE:  # +QUEUED: takes effect at EXEC, with whichever version it asked for
+                            conn.proto = None
+                    elif name == b"RESET" and kind == _SIMPLE:
+                        conn.proto = 2
+            if confused:
+                conn.replies = None
+                self._untrack(conn)
+
+
+def _nodelay(sock: socket.socket) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
