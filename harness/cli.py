@@ -1,69 +1,34 @@
-"""The `retrylab` command."""
+"""The `retrylab` command: parses arguments and hands over to a subcommand module."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from pathlib import Path
 
 from retrylab import __version__
 from retrylab import exercise as exercises
-from retrylab.backends import BACKENDS, BackendUnavailable, make_backend
-from retrylab.reporters import FORMATS
+from retrylab.backends import BackendUnavailable
+from retrylab.commands import COMMANDS, UsageError
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(prog="retrylab", description="Grade message-queue retry labs.")
     parser.add_argument("--version", action="version", version=f"retrylab {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="grade a submission directory hermetically")
-    check.add_argument("directory", type=Path, help="the learner's submission directory")
-    check.add_argument("--backend", default="fake", choices=sorted(BACKENDS),
-                       help="private Redis to grade against (default: fake, nothing to install)")
-    check.add_argument("--step", type=int, action="append", default=[], metavar="N",
-                       help="grade only step N (repeatable)")
-    check.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    check.add_argument("--format", default="text", choices=sorted(FORMATS))
-    check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
-    check.add_argument("--exit-zero", action="store_true", help="exit 0 whatever the verdict")
-    return parser
-
-
-class _Usage(Exception):
-    pass
-
-
-def _validate(args) -> None:
-    if not args.directory.is_dir():
-        raise _Usage(f"{args.directory} is not a directory")
-    exercise = exercises.get(args.exercise)
-    known = {s.number for s in exercise.steps}
-    unknown = sorted(set(args.step) - known)
-    if unknown:
-        raise _Usage(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
-    # Fail fast, with one line, when the backend cannot work here (e.g. redis-server missing).
-    backend = make_backend(args.backend)
-    backend.start()
-    backend.stop()
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    modules = {name: importlib.import_module(f"retrylab.commands.{name.replace('-', '_')}") for name in COMMANDS}
+    for module in modules.values():
+        module.register(subparsers)
+    return parser, modules
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
+    parser, modules = _parser()
+    args = parser.parse_args(argv)
     try:
-        _validate(args)
-        report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=args.exercise)
-    except (_Usage, BackendUnavailable, exercises.UnknownExercise) as exc:
+        return modules[args.command].run(args)
+    except (UsageError, BackendUnavailable, exercises.UnknownExercise) as exc:
         print(f"retrylab: {exc}", file=sys.stderr)
         return 2
-    rendered = FORMATS[args.format](report)
-    if args.output:
-        args.output.write_text(rendered, encoding="utf-8")
-    else:
-        sys.stdout.write(rendered)
-    status = report.exit_status()
-    if status == 2:
-        print(f"retrylab: {report.harness_error or 'the harness failed on a step (see the report)'}", file=sys.stderr)
-    return 0 if args.exit_zero else status
 
 
 if __name__ == "__main__":

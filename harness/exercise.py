@@ -21,7 +21,8 @@ DEFAULT_EXERCISE = "backoff-dlq"
 
 @dataclass(frozen=True)
 class Step:
-    number: int
+    """A lab step (numbered) or an advanced check (number None; reported apart, worth 0 points)."""
+    number: int | None
     slug: str
     title: str
     hint: str
@@ -35,12 +36,22 @@ class Exercise:
     title: str
     folder: Path
     steps: tuple[Step, ...]
+    advanced: tuple[Step, ...] = ()
 
     def step(self, number: int) -> Step:
         for step in self.steps:
             if step.number == number:
                 return step
         raise KeyError(f"{self.id} has no step {number}")
+
+    def check(self, key: int | str) -> Step:
+        """A lab step by number, or an advanced check by id."""
+        if isinstance(key, int):
+            return self.step(key)
+        for check in self.advanced:
+            if check.slug == key:
+                return check
+        raise KeyError(f"{self.id} has no advanced check {key!r}")
 
 
 class UnknownExercise(LookupError):
@@ -50,12 +61,14 @@ class UnknownExercise(LookupError):
 def _load(folder: Path) -> Exercise:
     meta = tomllib.loads((folder / "exercise.toml").read_text(encoding="utf-8"))
     defaults = meta.get("defaults", {})
-    steps = tuple(
-        Step(number=int(s["number"]), slug=s["slug"], title=s["title"], hint=s["hint"],
-             weight=float(s.get("weight", defaults.get("weight", 1))),
-             timeout=float(s.get("timeout", defaults.get("timeout", 20))))
-        for s in meta["steps"])
-    return Exercise(id=meta["id"], title=meta["title"], folder=folder, steps=steps)
+    def make(entry: dict, number: int | None, slug: str, weight: float) -> Step:
+        return Step(number=number, slug=slug, title=entry["title"], hint=entry["hint"], weight=weight,
+                    timeout=float(entry.get("timeout", defaults.get("timeout", 20))))
+
+    steps = tuple(make(s, int(s["number"]), s["slug"], float(s.get("weight", defaults.get("weight", 1))))
+                  for s in meta["steps"])
+    advanced = tuple(make(a, None, a["id"], 0.0) for a in meta.get("advanced", ()))
+    return Exercise(id=meta["id"], title=meta["title"], folder=folder, steps=steps, advanced=advanced)
 
 
 @cache

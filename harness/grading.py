@@ -11,7 +11,7 @@ import pytest
 
 from retrylab import __version__
 from retrylab import exercise as exercises
-from retrylab.plugin import OUTPUT_KEY, STEP_KEY, VERDICT, step_number
+from retrylab.plugin import OUTPUT_KEY, STEP_KEY, VERDICT
 from retrylab.results import Report, StepResult
 
 HARNESS_ERROR_LIMIT = 300
@@ -21,25 +21,21 @@ class _Collector:
     """Gathers each check's outcome, message and output as pytest reports them."""
 
     def __init__(self):
-        self.by_step: dict[int, list] = {}
+        self.by_check: dict[int | str, list] = {}
         self.harness_errors: list[str] = []
-        self.collected: set[int] = set()
-
-    def pytest_collection_modifyitems(self, items):
-        self.collected = {n for n in (step_number(item) for item in items) if n is not None}
 
     def pytest_collectreport(self, report):
         if report.failed:
             self.harness_errors.append(f"a check module could not be loaded: {_first_line(report.longreprtext)}")
 
     def pytest_runtest_logreport(self, report):
-        number = _step_of(report)
-        if number is None:
+        key = _check_of(report)
+        if key is None:
             return
-        self.by_step.setdefault(number, []).append(report)  # every phase: setup time is the step's too
+        self.by_check.setdefault(key, []).append(report)  # every phase: setup time is the step's too
 
 
-def _step_of(report) -> int | None:
+def _check_of(report) -> int | str | None:
     return next((value for key, value in report.user_properties if key == STEP_KEY), None)
 
 
@@ -49,7 +45,8 @@ def _first_line(text: str) -> str:
 
 
 def _step_result(step: exercises.Step, reports: list) -> StepResult:
-    base = dict(name=step.slug, title=step.title, number=step.number, weight=step.weight)
+    name = step.slug if step.number is not None else f"advanced:{step.slug}"
+    base = dict(name=name, title=step.title, number=step.number, weight=step.weight)
     if not reports:
         return StepResult(status="error", message="no check ran for this step (a harness defect)", **base)
     seconds = sum(r.duration for r in reports)
@@ -75,6 +72,7 @@ def grade(submission: Path, *, backend: str = "fake", steps: tuple[int, ...] = (
     started = time.monotonic()
     exercise = exercises.get(exercise_id)
     wanted = [s for s in exercise.steps if not steps or s.number in steps]
+    advanced = () if steps else exercise.advanced
     collector = _Collector()
     args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"),
             "--rootdir", str(exercises.CHECKS_DIR), "-p", "retrylab.plugin", "-p", "no:cacheprovider",
@@ -86,7 +84,8 @@ def grade(submission: Path, *, backend: str = "fake", steps: tuple[int, ...] = (
     harness_error = "; ".join(collector.harness_errors)
     if exit_code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, 2) and not harness_error:
         harness_error = _first_line(captured.getvalue()) if exit_code != 2 else _exit_reason(captured.getvalue())
-    results = tuple(_step_result(s, collector.by_step.get(s.number, [])) for s in wanted)
+    results = tuple(_step_result(s, collector.by_check.get(s.number, [])) for s in wanted) + tuple(
+        _step_result(a, collector.by_check.get(a.slug, [])) for a in advanced)
     return Report(exercise_id=exercise.id, exercise_title=exercise.title, submission=str(submission),
                   backend=backend, harness_version=__version__, results=results,
                   seconds=time.monotonic() - started, harness_error=harness_error)

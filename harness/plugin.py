@@ -31,18 +31,23 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "step(number): the lab step a check module grades")
+    config.addinivalue_line("markers", "advanced(id): an advanced check, reported apart from the lab")
 
 
-def step_number(item) -> int | None:
+def check_key(item) -> int | str | None:
+    """The lab step number a check grades, or its advanced check's id."""
     marker = item.get_closest_marker("step")
-    return int(marker.args[0]) if marker else None
+    if marker:
+        return int(marker.args[0])
+    marker = item.get_closest_marker("advanced")
+    return str(marker.args[0]) if marker else None
 
 
 def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("retrylab_steps") or ())
     if not wanted:
         return
-    keep = [item for item in items if step_number(item) in wanted]
+    keep = [item for item in items if check_key(item) in wanted]  # advanced checks run only in full grading
     deselected = [item for item in items if item not in keep]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
@@ -79,12 +84,12 @@ def learner(submission) -> LearnerRunner:
 
 @pytest.fixture
 def step(request) -> exercises.Step:
-    """The metadata (title, hint, time limit) of the step the current check grades."""
-    number = step_number(request.node)
+    """The metadata (title, hint, time limit) of the step or advanced check being run."""
+    key = check_key(request.node)
     exercise = exercises.for_path(Path(request.node.fspath))
-    if number is None or exercise is None:
-        raise pytest.UsageError(f"{request.node.nodeid}: a check needs pytestmark = pytest.mark.step(N)")
-    return exercise.step(number)
+    if key is None or exercise is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: a check needs pytest.mark.step(N) or pytest.mark.advanced(ID)")
+    return exercise.check(key)
 
 
 def attach_output(node, text: str) -> None:
@@ -97,7 +102,7 @@ def attach_output(node, text: str) -> None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    report.user_properties.append((STEP_KEY, step_number(item)))
+    report.user_properties.append((STEP_KEY, check_key(item)))
     if call.excinfo is not None and call.excinfo.errisinstance(CheckFailed):
         # A learner-facing verdict, not a harness bug: show the message without a traceback.
         report.outcome = "failed"

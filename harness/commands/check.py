@@ -1,0 +1,54 @@
+"""`retrylab check DIR`: grade a submission hermetically and report."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from retrylab import exercise as exercises
+from retrylab.backends import BACKENDS, make_backend
+from retrylab.commands import UsageError
+from retrylab.reporters import FORMATS
+
+
+def register(subparsers) -> None:
+    check = subparsers.add_parser("check", help="grade a submission directory hermetically")
+    check.add_argument("directory", type=Path, help="the learner's submission directory")
+    check.add_argument("--backend", default="fake", choices=sorted(BACKENDS),
+                       help="private Redis to grade against (default: fake, nothing to install)")
+    check.add_argument("--step", type=int, action="append", default=[], metavar="N",
+                       help="grade only step N (repeatable)")
+    check.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    check.add_argument("--format", default="text", choices=sorted(FORMATS))
+    check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 whatever the verdict")
+    check.add_argument("--strict", action="store_true", help="advanced checks count toward the exit status too")
+
+
+def validate(args) -> None:
+    if not args.directory.is_dir():
+        raise UsageError(f"{args.directory} is not a directory")
+    exercise = exercises.get(args.exercise)
+    known = {s.number for s in exercise.steps}
+    unknown = sorted(set(args.step) - known)
+    if unknown:
+        raise UsageError(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
+    # Fail fast, with one line, when the backend cannot work here (e.g. redis-server missing).
+    backend = make_backend(args.backend)
+    backend.start()
+    backend.stop()
+
+
+def run(args) -> int:
+    from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
+    validate(args)
+    report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=args.exercise)
+    rendered = FORMATS[args.format](report)
+    if args.output:
+        args.output.write_text(rendered, encoding="utf-8")
+    else:
+        sys.stdout.write(rendered)
+    status = report.exit_status(strict=args.strict)
+    if status == 2:
+        print(f"retrylab: {report.harness_error or 'the harness failed on a step (see the report)'}", file=sys.stderr)
+    return 0 if args.exit_zero else status
