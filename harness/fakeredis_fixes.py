@@ -269,11 +269,30 @@ class _PeerAwareConnection(FakeRedisConnection):
         return sock
 
 
+class _OneLineErrorWriter(_tcp_server.Writer):
+    """Error replies on one line, as Redis sends them.
+
+    fakeredis writes an error's text as is; a Lua runtime error carries lupa's multi-line
+    traceback, which breaks the RESP framing: redis-py then waits for the rest of a reply that
+    never comes, and a learner's worker hangs where real Redis would have raised ResponseError.
+    """
+
+    def dump(self, value: Any) -> None:
+        if isinstance(value, Exception):
+            encoded = _tcp_server.encode_reply(value, self.request_handler.protocol_version)
+            body = encoded[1:].rstrip(b"\r\n").replace(b"\r", b" ").replace(b"\n", b" ")
+            self.write(b"-" + body + b"\r\n")
+            self.writer.flush()
+            return
+        super().dump(value)
+
+
 class _PeerAwareRequestHandler(TCPFakeRequestHandler):
     server: PatchedTcpFakeServer
 
     def setup(self) -> None:
         super().setup()
+        self.writer = _OneLineErrorWriter(self.client_address, self.wfile, self)
         client = self.current_client
         if not isinstance(client, _PeerAwareConnection):
             # setup() registered a plain FakeRedisConnection; its fake socket is created lazily, on first use, so

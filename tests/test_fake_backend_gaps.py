@@ -419,3 +419,11 @@ def test_server_stops_promptly_with_blocked_clients(kind: str) -> None:
         client.close()
     if kind == "fake":
         assert server.join_handlers(0)  # no handler thread left behind
+
+
+def test_lua_runtime_error_is_an_error_reply_not_a_hang(backend: Backend, key) -> None:
+    client = backend.client(socket_timeout=5)
+    with pytest.raises(redis.ResponseError) as raised:
+        client.eval("return redis.call('LPUSH', KEYS[1], 'x') + nil", 1, key("lua"))
+    assert "\n" not in str(raised.value)
+    assert client.ping()  # the connection is still in step
