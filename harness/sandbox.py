@@ -22,6 +22,9 @@ from typing import Callable
 
 
 SITE_DIR = Path(__file__).resolve().parent / "learner_site" / "pythonpath"
+if not (SITE_DIR / "sitecustomize.py").is_file():
+    # Without it a learner's script would reach whatever Redis it names (e.g. a shared :6379).
+    raise ImportError(f"retrylab is installed without its learner site ({SITE_DIR}/sitecustomize.py)")
 _ENV_ALLOWLIST = ("PATH", "LANG", "LANGUAGE", "TERM")
 
 

@@ -1,0 +1,29 @@
+"""A built wheel carries everything `retrylab check` needs outside the source tree."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+from retrylab.fixtures import corpus
+
+NEEDED = [
+    "retrylab/learner_site/pythonpath/sitecustomize.py",
+    "retrylab/fixtures/taskproc.py",
+    "retrylab/checks/pytest.ini",
+    "retrylab/checks/backoff_dlq/exercise.toml",
+    "retrylab/solution/worker.py",
+    "retrylab/solution/schedule.txt",
+]
+
+
+def test_wheel_ships_the_learner_site_checks_fixtures_and_solution(tmp_path):
+    root = corpus.FIXTURES.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path)], check=True, capture_output=True, timeout=300)
+    wheel = next(tmp_path.glob("retrylab-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [name for name in NEEDED if name not in names]
+    assert not missing, missing
+    fixture_files = [n for n in names if n.startswith("retrylab/fixtures/submissions/") and n.endswith("fixture.toml")]
+    assert len(fixture_files) == len(corpus.entries()) + len(list((corpus.SUBMISSIONS / "hostile").glob("*/fixture.toml")))
