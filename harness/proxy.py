@@ -173,8 +173,8 @@ class _CommandParser:
     """Incremental parser of a client's stream, mirroring how Redis splits it into commands.
 
     `feed(data, out)` appends the commands completed by `data` to `out` as (args, truncated) pairs. Bulk payloads are
-    consumed as they arrive; only their first `max_arg` bytes are kept. Raises _ProtocolConfusion where Redis would reply
-    with a protocol error (and close the connection), or would stall; what `out` holds by then stays valid.
+    consumed as they arrive; only their first `max_arg` bytes are kept. Raises _ProtocolConfusion where Redis would
+    reply with a protocol error (and close the connection), or would stall; what `out` holds by then stays valid.
     """
 
     __slots__ = ("_max", "_buf", "_nargs", "_args", "_trunc", "_left", "_crlf", "_part")
@@ -524,8 +524,7 @@ class RecordingProxy:
             self._closed = True
             conns = list(self._conns.values())
         if self._listener is not None:
-            _shutdown(self._listener)
-            self._listener.close()
+            _shutdown(self._listener)  # wakes accept(); the accept thread closes the listener as it leaves
         for conn in conns:
             self._end(conn)
         deadline = time.monotonic() + _CLOSE_BUDGET
@@ -568,29 +567,37 @@ class RecordingProxy:
 
     def _accept_loop(self) -> None:
         listener = self._listener
-        while not self._closed:
-            try:
-                client, _ = listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                if self._closed:
-                    return
-                time.sleep(0.05)  # e.g. out of file descriptors: don't spin
-                continue
-            client.setblocking(True)
-            _nodelay(client)
-            with self._lock:
-                if self._closed:
+        try:
+            while not self._closed:
+                try:
+                    client, _ = listener.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    if self._closed:
+                        return
+                    time.sleep(0.05)  # e.g. out of file descriptors: don't spin
+                    continue
+                client.setblocking(True)
+                _nodelay(client)
+                with self._lock:
+                    if self._closed:
+                        client.close()
+                        return
+                    self._conn_count += 1
+                    conn = _Conn(self._conn_count, client, self._max_arg)
+                    self._conns[conn.num] = conn
+                thread = threading.Thread(target=self._client_to_server, args=(conn,), daemon=True,
+                                          name=f"retrylab-proxy-{self._address[1]}-c{conn.num}-in")
+                conn.threads.append(thread)
+                try:
+                    thread.start()
+                except RuntimeError:  # can't start a thread: refuse this client
+                    with self._lock:
+                        self._conns.pop(conn.num, None)
                     client.close()
-                    return
-                self._conn_count += 1
-                conn = _Conn(self._conn_count, client, self._max_arg)
-                self._conns[conn.num] = conn
-            thread = threading.Thread(target=self._client_to_server, args=(conn,), daemon=True,
-                                      name=f"retrylab-proxy-{self._address[1]}-c{conn.num}-in")
-            conn.threads.append(thread)
-            thread.start()
+        finally:
+            listener.close()
 
     def _end(self, conn: _Conn) -> None:
         """Close the pair: wake both relay threads (the last one to exit closes the sockets). Idempotent."""
@@ -633,7 +640,12 @@ class RecordingProxy:
             thread = threading.Thread(target=self._server_to_client, args=(conn,), daemon=True,
                                       name=f"retrylab-proxy-{self._address[1]}-c{conn.num}-out")
             conn.threads.append(thread)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError:  # can't start a thread: give up on this pair
+                with self._lock:
+                    conn.alive -= 1
+                return
             client = conn.client
             while True:
                 try:
