@@ -14,6 +14,9 @@ class StepResult:
     seconds: float = 0.0
     number: int | None = None  # the lab step number; None for advanced checks
     weight: float = 1.0
+    # The learner's file this result is about (relative to the submission) and its 1-based line
+    # when the check knows it, e.g. ("schedule.txt", 3); None when no file applies.
+    location: tuple[str, int | None] | None = None
 
     @property
     def advanced(self) -> bool:
@@ -35,6 +38,7 @@ class Report:
     seconds: float = 0.0
     harness_error: str = ""   # one line: why the harness could not grade (exit status 2)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    lang: str = "en"          # the language of titles and messages (and of the text report's labels)
 
     @property
     def lab_results(self) -> tuple[StepResult, ...]:

@@ -1,31 +1,58 @@
-"""The human report: one line per step, the failure detail under it, and a tally."""
+"""The human report: one line per step, the failure detail under it, and a tally.
+
+Labels are in the report's language (the checks wrote titles and messages in it already). Every
+line is kept free of unbalanced bidi controls, so a Persian report stays readable in a terminal.
+"""
 from __future__ import annotations
 
+import unicodedata
+
+from retrylab import i18n
 from retrylab.results import Report, StepResult
 
-_MARK = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+_STATUSES = ("pass", "fail", "error")
 
 
-def _line(result: StepResult) -> str:
-    label = f"step {result.number}" if result.number is not None else result.name
-    return f"{_MARK[result.status]:<5} {label}: {result.title}"
+def _width(text: str) -> int:
+    """Columns a terminal gives `text`: wide CJK characters take two, marks and controls none."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char) or unicodedata.category(char) == "Cf":
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return width
+
+
+def _line(result: StepResult, lang: str) -> str:
+    marks = {status: i18n.label(f"report.{status}", lang) for status in _STATUSES}
+    column = max(map(_width, marks.values()))
+    mark = marks[result.status]
+    label = i18n.label("report.step", lang, number=result.number) if result.number is not None else result.name
+    return f"{mark}{' ' * (column - _width(mark))} {label}: {result.title}"
+
+
+def _detail(result: StepResult) -> list[str]:
+    if result.passed or not result.message:
+        return []
+    return ["      " + i18n.balance(part) for part in result.message.splitlines()]
 
 
 def render(report: Report) -> str:
-    lines = [f"retrylab {report.harness_version} - {report.exercise_id}: {report.exercise_title}",
-             f"submission: {report.submission}  (backend: {report.backend})", ""]
+    lang = report.lang if report.lang in i18n.LANGUAGES else i18n.DEFAULT
+    lines = [i18n.label("report.header", lang, version=report.harness_version, exercise=report.exercise_id,
+                        title=report.exercise_title),
+             i18n.label("report.submission", lang, path=report.submission, backend=report.backend), ""]
     for result in report.lab_results:
-        lines.append(_line(result))
-        if not result.passed and result.message:
-            lines.extend("      " + part for part in result.message.splitlines())
+        lines.append(_line(result, lang))
+        lines.extend(_detail(result))
     if report.advanced_results:
-        lines += ["", "Advanced checks (reported apart; they do not change the lab's result):"]
+        lines += ["", i18n.label("report.advanced_heading", lang)]
         for result in report.advanced_results:
-            lines.append(_line(result))
-            if not result.passed and result.message:
-                lines.extend("      " + part for part in result.message.splitlines())
+            lines.append(_line(result, lang))
+            lines.extend(_detail(result))
     passed = sum(r.passed for r in report.lab_results)
-    lines += ["", f"{passed}/{len(report.lab_results)} steps pass ({report.seconds:.1f} s)"]
+    lines += ["", i18n.label("report.tally", lang, passed=passed, total=len(report.lab_results),
+                             seconds=report.seconds)]
     if report.harness_error:
-        lines.append(f"retrylab could not grade everything: {report.harness_error}")
-    return "\n".join(lines) + "\n"
+        lines.append(i18n.label("report.could_not_grade", lang, error=report.harness_error))
+    return "\n".join(i18n.balance(line) for line in lines) + "\n"
