@@ -2,10 +2,12 @@
 
 Whatever the learner wrote (`Redis()`, `Redis.from_url(...)`, `StrictRedis(host=..., port=...)`, a
 unix socket, TLS, a password, another db index), the connection pool is rewritten to plain TCP to
-the private server, database 0, no credentials: the private server has none, and the checks read
-database 0 as the lab's own test does. Patching the pools (not each call site) covers sync and
-asyncio clients, pipelines and pub/sub alike.
+the private server, in the database the checks read (RETRYLAB_REDIS_DB: 0, or the one the url
+backend claimed on a server the user named), with no credentials unless that server needs them.
+Patching the pools (not each call site) covers sync and asyncio clients, pipelines and pub/sub alike.
 """
+import os
+
 from retrylab.learner_site.import_hooks import after_import
 
 _DROPPED = ("path", "username", "password", "credential_provider", "ssl_keyfile", "ssl_certfile",
@@ -15,7 +17,7 @@ _DROPPED = ("path", "username", "password", "credential_provider", "ssl_keyfile"
             "ssl_include_verify_flags", "ssl_context")
 
 
-def _patch_pool_module(module, host: str, port: int) -> None:
+def _patch_pool_module(module, host: str, port: int, db: int = 0, credentials: dict | None = None) -> None:
     tcp_class = module.Connection
     pool_class = module.ConnectionPool
     original_init = pool_class.__init__
@@ -28,12 +30,17 @@ def _patch_pool_module(module, host: str, port: int) -> None:
             connection_class = tcp_class  # unix sockets and TLS become plain TCP to the private server
         for name in _DROPPED:
             kwargs.pop(name, None)
-        kwargs.update(host=host, port=port, db=0)
+        kwargs.update(host=host, port=port, db=db, **(credentials or {}))
         original_init(self, connection_class, *args, **kwargs)
 
     pool_class.__init__ = init
 
 
 def install(host: str, port: int) -> None:
-    after_import("redis.connection", lambda m: _patch_pool_module(m, host, port))
-    after_import("redis.asyncio.connection", lambda m: _patch_pool_module(m, host, port))
+    # The database index (and, for a server the user named, its credentials) come from the harness:
+    # RETRYLAB_REDIS_DB is the database the checks read, 0 unless the url backend chose another.
+    db = int(os.environ.get("RETRYLAB_REDIS_DB") or 0)
+    credentials = {k: os.environ[f"RETRYLAB_REDIS_{k.upper()}"] for k in ("username", "password")
+                   if os.environ.get(f"RETRYLAB_REDIS_{k.upper()}")}
+    after_import("redis.connection", lambda m: _patch_pool_module(m, host, port, db, credentials))
+    after_import("redis.asyncio.connection", lambda m: _patch_pool_module(m, host, port, db, credentials))
