@@ -1,0 +1,117 @@
+"""`retrylab explain N`: what step N asks, the formulas it relies on, and its hint, in the learner's
+language. Without N: the steps, one line each.
+
+Everything comes from the exercise: exercise.toml (titles, hints, `formulas` per step and the
+[formulas] table of code) and its locales/ catalogs (goals, what each formula means, translations).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from functools import cache
+from pathlib import Path
+
+from retrylab import exercise as exercises
+from retrylab import i18n
+from retrylab.commands import UsageError
+from retrylab.commands.check import add_lang_argument
+
+INDENT = "  "
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "explain", help="explain a step: its goal, the formulas it relies on and the hint",
+        description="Explain step N of the exercise: what it asks, the formulas it relies on, the hint.")
+    parser.add_argument("step", nargs="?", metavar="N",
+                        help="the step number, or an advanced check's id (none: list the steps)")
+    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    add_lang_argument(parser)
+
+
+@cache
+def _metadata(folder: Path) -> dict:
+    return tomllib.loads((folder / "exercise.toml").read_text(encoding="utf-8"))
+
+
+def step_metadata(exercise: exercises.Exercise, step: exercises.Step) -> dict:
+    """The step's own table in exercise.toml, for keys the engine's Step does not carry."""
+    meta = _metadata(Path(exercise.folder))
+    if step.number is not None:
+        entries, key, value = meta.get("steps", ()), "number", step.number
+    else:
+        entries, key, value = meta.get("advanced", ()), "id", step.slug
+    return next((entry for entry in entries if entry.get(key) == value), {})
+
+
+def step_files(exercise: exercises.Exercise, step: exercises.Step) -> tuple[str, ...]:
+    """The learner files a step reads: its `files`, else its `file`."""
+    meta = step_metadata(exercise, step)
+    files = meta.get("files") or ([meta["file"]] if meta.get("file") else [])
+    return tuple(str(f) for f in files)
+
+
+def find_step(exercise: exercises.Exercise, wanted: str) -> exercises.Step:
+    for step in exercise.steps:
+        if wanted.strip() in (str(step.number), step.slug):
+            return step
+    for check in exercise.advanced:
+        if wanted.strip() in (check.slug, f"advanced:{check.slug}"):
+            return check
+    numbers = [s.number for s in exercise.steps]
+    raise UsageError(i18n.label("explain.unknown", step=wanted, exercise=exercise.id,
+                                first=min(numbers), last=max(numbers)))
+
+
+def explain(exercise: exercises.Exercise, step: exercises.Step, lang: str) -> str:
+    """The explanation of one step, as printed."""
+    catalog = i18n.exercise_catalog(exercise)
+    prefix = f"steps.{step.slug}" if step.number is not None else f"advanced.{step.slug}"
+    title = catalog.text(f"{prefix}.title", lang)
+    if step.number is not None:
+        heading = i18n.label("explain.heading", lang, number=step.number, title=title)
+    else:
+        heading = i18n.label("explain.heading_advanced", lang, name=step.slug, title=title)
+    lines = [heading, ""]
+    if catalog.has(f"{prefix}.goal"):
+        lines += [i18n.label("explain.goal", lang), INDENT + catalog.text(f"{prefix}.goal", lang), ""]
+    code = _metadata(Path(exercise.folder)).get("formulas", {})
+    names = [name for name in step_metadata(exercise, step).get("formulas", ()) if name in code]
+    if names:
+        lines.append(i18n.label("explain.formulas", lang))
+        for name in names:
+            lines.append(i18n.ltr_lines(INDENT + code[name], lang))
+            if catalog.has(f"formulas.{name}"):
+                lines.append(INDENT * 2 + catalog.text(f"formulas.{name}", lang))
+        lines.append("")
+    lines += [i18n.label("explain.hint", lang), INDENT + catalog.text(f"{prefix}.hint", lang)]
+    files = step_files(exercise, step)
+    if files:
+        lines += ["", i18n.label("explain.files", lang, files=", ".join(files))]
+    return "\n".join(lines) + "\n"
+
+
+def index(exercise: exercises.Exercise, lang: str) -> str:
+    """One line per step (and advanced check), for `retrylab explain` without N."""
+    catalog = i18n.exercise_catalog(exercise)
+    lines = [i18n.label("explain.index", lang, exercise=exercise.id, title=catalog.text("title", lang)), ""]
+    for step in exercise.steps:
+        lines.append(f"{INDENT}{i18n.label('report.step', lang, number=step.number)}: "
+                     f"{catalog.text(f'steps.{step.slug}.title', lang)}")
+    for check in exercise.advanced:
+        lines.append(f"{INDENT}advanced:{check.slug}: {catalog.text(f'advanced.{check.slug}.title', lang)}")
+    lines += ["", i18n.label("explain.index_more", lang)]
+    return "\n".join(i18n.balance(line) for line in lines) + "\n"
+
+
+def run(args) -> int:
+    lang = i18n.resolve(args.lang)
+    exercise = exercises.get(args.exercise)
+    with i18n.use(lang):
+        if args.step is None:
+            sys.stdout.write(index(exercise, lang))
+            return 0
+        step = find_step(exercise, args.step)
+        sys.stdout.write(explain(exercise, step, lang))
+    return 0

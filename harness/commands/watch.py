@@ -1,0 +1,273 @@
+"""`retrylab watch DIR`: grade a submission, then again each time a file in it changes.
+
+For a learner iterating on their own machine: save a file, see the verdict. Changes are debounced
+(an editor's save is often several writes); the steps that read a changed file are re-checked first
+(schedule.txt -> step 3, worker.py -> 1, 2, 6, 7, replay.py -> 8: each step's `file`/`files` in
+exercise.toml), so their verdict shows at once, then the rest. Each time, the screen is cleared
+(when it is a terminal) and a compact summary is redrawn: N/8 steps pass and the first failing
+step with its message. Ctrl-C (or SIGTERM) stops it cleanly: a grading in progress is interrupted,
+the learner's processes it started are stopped, and it exits with status 0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from retrylab import exercise as exercises
+from retrylab import i18n
+from retrylab.commands import UsageError
+from retrylab.commands.check import add_lang_argument
+from retrylab.commands.explain import step_files
+
+CLEAR = "\x1b[H\x1b[2J"
+SEPARATOR = "-" * 60
+MESSAGE_LINES = 14          # lines of the first failing step's message shown in the summary
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "watch", help="grade a submission again each time a file in it changes",
+        description="Grade DIR, then re-grade it whenever a file in it changes (Ctrl-C to stop).")
+    parser.add_argument("directory", type=Path, help="the learner's submission directory")
+    parser.add_argument("--backend", default="fake", choices=("fake", "redis-server"),
+                        help="private Redis to grade against (default: fake)")
+    parser.add_argument("--debounce", type=int, default=300, metavar="MS",
+                        help="quiet time after a change before grading, in milliseconds (default: 300)")
+    parser.add_argument("--clear", choices=("auto", "always", "never"), default="auto",
+                        help="clear the screen before each summary (default: auto, when stdout is a terminal)")
+    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    add_lang_argument(parser)
+
+
+class _Stop(Exception):
+    pass
+
+
+class Watcher:
+    """The latest result of every step, and the summary drawn from them."""
+
+    def __init__(self, args, exercise: exercises.Exercise, lang: str, out=sys.stdout):
+        self.args = args
+        self.exercise = exercise
+        self.lang = lang
+        self.out = out
+        self.results: dict[int, object] = {}
+        self.stale: set[int] = set()
+        self.changed: list[str] = []
+        self.error = ""               # why the last grading could not grade everything, if so
+        self.clear = args.clear == "always" or (args.clear == "auto" and out.isatty())
+        self.stopping = threading.Event()
+
+    # -- grading -------------------------------------------------------------------------------
+
+    def order(self, changed: list[str]) -> tuple[list[int], list[int]]:
+        """(steps that read a changed file, the other steps), each in step order."""
+        names = {Path(c).name for c in changed} | set(changed)
+        first = [s.number for s in self.exercise.steps if names & set(step_files(self.exercise, s))]
+        rest = [s.number for s in self.exercise.steps if s.number not in first]
+        return first, rest
+
+    def grade(self, numbers: list[int]) -> None:
+        if not numbers:
+            return
+        from retrylab.grading import grade  # imports pytest: keep --help fast
+        self.draw(checking=numbers)
+        report = grade(self.args.directory, backend=self.args.backend, steps=tuple(numbers),
+                       exercise_id=self.exercise.id, lang=self.lang)
+        if self.stopping.is_set():  # pytest turned our KeyboardInterrupt into an "interrupted" report
+            raise _Stop
+        for result in report.lab_results:
+            self.results[result.number] = result
+            self.stale.discard(result.number)
+        self.error = report.harness_error
+        self.draw()
+
+    def regrade(self, changed: list[str]) -> None:
+        self.changed = changed
+        first, rest = self.order(changed)
+        self.stale = set(self.results)
+        self.grade(first)
+        self.grade(rest)
+
+    # -- the summary ---------------------------------------------------------------------------
+
+    def summary(self, checking: list[int] | None = None) -> list[str]:
+        lang = self.lang
+        lines = [i18n.label("watch.watching", lang, directory=str(self.args.directory))]
+        if self.changed:
+            lines.append(i18n.label("watch.changed", lang, files=", ".join(self.changed)))
+        lines.append("")
+        steps = self.exercise.steps
+        known = [self.results[s.number] for s in steps if s.number in self.results]
+        if known:
+            passed = sum(r.passed for r in known)
+            lines.append(i18n.label("watch.tally", lang, passed=passed, total=len(steps)))
+            failing = next((r for r in known if not r.passed), None)
+            if failing is None and len(known) == len(steps):
+                lines.append(i18n.label("watch.all_pass", lang))
+            elif failing is not None:
+                mark = i18n.label(f"report.{failing.status}", lang)
+                label = i18n.label("report.step", lang, number=failing.number)
+                earlier = f" {i18n.label('watch.earlier', lang)}" if failing.number in self.stale else ""
+                lines.append(f"{mark} {label}: {failing.title}{earlier}")
+                message = failing.message.splitlines()
+                lines.extend("    " + line for line in message[:MESSAGE_LINES])
+                if len(message) > MESSAGE_LINES:
+                    lines.append("    ...")
+        if self.error:
+            lines.append(i18n.label("report.could_not_grade", lang, error=self.error))
+        if checking:
+            lines += ["", i18n.label("watch.checking", lang, steps=", ".join(map(str, checking)))]
+        return [i18n.balance(line) for line in lines]
+
+    def draw(self, checking: list[int] | None = None) -> None:
+        text = "\n".join(self.summary(checking)) + "\n"
+        self.out.write((CLEAR if self.clear else SEPARATOR + "\n") + text)
+        self.out.flush()
+
+
+class ChangeFeed:
+    """Changes in a directory, watched by a thread from before the first grading on: what changes
+    while a grading runs is kept and handed over, merged, when it is done."""
+
+    def __init__(self, directory: Path, debounce_ms: int, stop: threading.Event):
+        self.directory = directory
+        self.debounce_ms = debounce_ms
+        self.stop = stop
+        self.armed = threading.Event()
+        self.batches: queue.Queue = queue.Queue()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._watch, name="retrylab-watch", daemon=True)
+
+    def start(self, limit: float = 10.0) -> None:
+        self.thread.start()
+        self.armed.wait(limit)  # the watcher is set up: no change from now on is missed
+
+    def _watch(self) -> None:
+        import watchfiles
+
+        try:
+            # rust_timeout + yield_on_timeout: an empty batch soon after the watch is set up (armed),
+            # and the stop event is seen at least that often
+            for changes in watchfiles.watch(self.directory, debounce=max(1600, self.debounce_ms * 4),
+                                            step=self.debounce_ms, stop_event=self.stop, rust_timeout=100,
+                                            yield_on_timeout=True, raise_interrupt=False):
+                self.armed.set()
+                names = {os.path.relpath(path, self.directory) for _, path in changes}
+                if names:
+                    self.batches.put(names)
+        except BaseException as exc:  # noqa: BLE001 - reported by next() in the main thread
+            self.failure = exc
+        finally:
+            self.armed.set()
+            self.batches.put(None)
+
+    def next(self) -> list[str] | None:
+        """The files changed since the last call (waiting for a change); None when watching ended."""
+        while not self.stop.is_set():
+            try:
+                batch = self.batches.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if batch is None:
+                if self.failure is not None:
+                    raise UsageError(f"cannot watch {self.directory}: {self.failure}")
+                return None
+            while True:  # everything that changed meanwhile, as one
+                try:
+                    more = self.batches.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.batches.put(None)
+                    break
+                batch |= more
+            return sorted(batch)
+        return None
+
+
+def _children() -> list[int]:
+    """Process ids whose parent is this process (Linux /proc; [] elsewhere)."""
+    me, found = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _stop_children(grace: float = 2.0) -> None:
+    """Whatever grading left running (it should leave nothing): SIGTERM, then SIGKILL."""
+    children = _children()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in children:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while children and time.monotonic() < deadline:
+            for pid in list(children):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    children.remove(pid)
+            time.sleep(0.05)
+        if not children:
+            return
+
+
+def run(args) -> int:
+    directory = args.directory
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory")
+    if args.debounce < 0:
+        raise UsageError(f"--debounce {args.debounce}: give a number of milliseconds, 0 or more")
+    args.directory = directory.resolve()
+    lang = i18n.resolve(args.lang)
+    exercise = exercises.get(args.exercise)
+    from retrylab.backends import make_backend
+    make_backend(args.backend).probe()  # one line and exit 2 now rather than a failed grading later
+    watcher = Watcher(args, exercise, lang)
+
+    def on_signal(signum, frame):
+        watcher.stopping.set()
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    feed = ChangeFeed(args.directory, args.debounce, watcher.stopping)
+    try:
+        with i18n.use(lang):
+            feed.start()
+            watcher.grade([s.number for s in exercise.steps])
+            while (changed := feed.next()) is not None:
+                watcher.regrade(changed)
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        watcher.stopping.set()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        feed.thread.join(timeout=5)
+        _stop_children()
+    sys.stdout.write(i18n.label("watch.stopped", lang, directory=str(args.directory)) + "\n")
+    sys.stdout.flush()
+    return 0
