@@ -14,6 +14,10 @@ class Call:
     arg: str              # the argument as JSON text (bounded)
     outcome: str          # "ok" | "error"
     error: str | None
+    error_class: str | None = None   # the exception's class name (TimeoutError, HTTPError, ...)
+    # The virtual clock's offset at entry: seconds this process had slept or spent in process calls.
+    # t - offset is real time, so a gap between calls splits into sleeping and real work.
+    offset: float | None = None
 
 
 class CallLog:
@@ -48,6 +52,7 @@ def _parse(line: bytes) -> Call | None:
         record = json.loads(line)
         return Call(t=float(record["t"]), id=record.get("id"), is_dict=bool(record.get("is_dict")),
                     arg=str(record.get("arg", "")), outcome=str(record["outcome"]),
-                    error=record.get("error"))
+                    error=record.get("error"), error_class=record.get("error_class"),
+                    offset=float(record["offset"]) if record.get("offset") is not None else None)
     except (ValueError, KeyError, TypeError):
         return None  # a torn or foreign line: the log is the harness's, but never trust it blindly

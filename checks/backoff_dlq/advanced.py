@@ -1,0 +1,385 @@
+"""What the advanced checks of backoff-dlq observe, and how they read it.
+
+Advanced checks go beyond the lab's text (seed 000's "what to retry" list and its two classic
+mistakes); they are reported apart and never change the lab's result. They read `advanced_run`
+(session-scoped, made once per grading like `worker_run`): ONE extra run of the learner's worker on
+its own private Redis, and the two runs of alert.py (DLQ empty, DLQ with 3 entries). Where each
+private Redis is a server of its own (the fake backend), the alert runs go on while the worker
+runs: the grading pays for one learner run's start instead of three.
+
+For the worker run:
+
+- the queue holds one message of each kind taskproc knows (README.md in this folder: "Advanced
+  checks") and four good ones: a good message at each end and two in the middle, so that whichever
+  end the worker pops, good messages wait behind every failing one;
+- the DLQ already holds one entry, left there by an earlier failure, before the worker starts: a
+  worker must leave it alone until a person runs replay.py.
+
+backoff-applied reads `worker_run` instead (steps 1, 2, 6, 7: six good messages and one bad one):
+there the failing message is the only one that waits, so its waits can be told apart from any other
+message's. In the mixed run above, a worker that does not block spends other messages' processing
+time during a retry's wait, which hides the wait from the clock.
+
+Reading the virtual clock. Every process() call takes one second of virtual time, and a call's log
+record carries the clock's offset (what sleeping and earlier calls added), so the time between two
+calls splits exactly into processing (one second per call), sleeping (the offset's growth beyond
+that) and real time (everything else: Redis round trips, printing, and blocking Redis calls with a
+timeout, which wait in real time). Sleeping counts as waiting in full; real time counts only beyond
+an allowance per call, so a slow or noisy worker is not taken for one that waits.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import pytest
+
+from retrylab import keyspace
+from retrylab.calllog import Call
+from retrylab.checks.backoff_dlq.messages import decode_json, message_id
+from retrylab.fixtures import messages
+from retrylab.fixtures.taskproc import SECONDS_PER_CALL
+from retrylab.proxy import Command
+from retrylab.runner import Progress, ScriptRun
+
+MAX_ATTEMPTS = 5
+TRANSIENT = ("bad", "timeout", "unavailable", "throttled")   # retried until the limit, then the DLQ
+PERMANENT = ("invalid", "orphan")                             # the DLQ after the first attempt
+FLAKY = "flaky"                                               # fails twice, then succeeds
+FLAKY_CALLS = 3
+DESCRIBE = {
+    "bad": "TaskRejected (a RuntimeError)",
+    "timeout": "TimeoutError",
+    "unavailable": "HTTPError with status 503",
+    "throttled": "HTTPError with status 429",
+    "invalid": "SchemaViolation (a ValueError)",
+    "orphan": "MissingReference (a LookupError)",
+    "flaky": "TimeoutError twice, then success",
+}
+
+# Real time between two calls that is not taken for waiting: Redis round trips, JSON, printing
+# (a worker printing 3,000 lines a message spends about 0.1 s).
+REAL_ALLOWANCE = 0.25
+BACKOFF_BASE, BACKOFF_CAP = 1.0, 30.0
+BACKOFF_SLACK = 1.0     # beyond the bound: a worker that polls for due retries (every 0.5 s, say)
+ZERO_WAITS = 0.1        # all waits of the failing message together below this: it does not wait
+EQUAL_WAITS = 0.05      # every wait within this of the others: the wait does not grow or vary
+BLOCKED = 0.25          # waiting this long while good messages were ready: the queue was held up
+ALERT_DEPTH = 3         # entries in the DLQ for the second run of alert.py
+ALERT_TIMEOUT = 10.0    # seconds each run of alert.py may take
+ALERT_QUIET = 2.0       # an alert still running this long after Redis went quiet is a loop, not a check
+
+# Commands that take values out of a list (or the whole key), with where their keys are.
+_FIRST_KEY = {"LPOP", "RPOP", "LREM", "LTRIM", "LMOVE", "BLMOVE", "RPOPLPUSH", "BRPOPLPUSH",
+              "RENAME", "RENAMENX"}
+_ALL_KEYS = {"DEL", "UNLINK"}
+_KEYS_THEN_TIMEOUT = {"BLPOP", "BRPOP"}
+_SCRIPTS = {"EVAL", "EVAL_RO", "EVALSHA", "EVALSHA_RO"}
+_LUA_REMOVAL = re.compile(
+    r"""\.\s*p?call\s*\(\s*['"](lpop|rpop|lrem|ltrim|lmove|rpoplpush|lmpop|del|unlink|rename|renamenx)['"]""",
+    re.IGNORECASE)
+
+
+# --------------------------------------------------------------------------------------------
+# the shared run
+
+
+def advanced_batch() -> list[dict]:
+    """One message of each kind plus four good ones, goods at both ends and in the middle."""
+    kind = messages.new_message
+    return [kind("good"), kind("bad"), kind("timeout"), kind("invalid"), kind(FLAKY), kind("good"),
+            kind("good"), kind("unavailable"), kind("orphan"), kind("throttled"), kind("good")]
+
+
+@dataclass(frozen=True)
+class AlertRun:
+    entries: int                 # entries in the DLQ when alert.py started
+    run: ScriptRun
+    left: int | None             # entries in the DLQ after it (None: the DLQ is no longer a list)
+
+
+@dataclass(frozen=True)
+class AdvancedRun:
+    seeded: tuple[dict, ...]
+    preseeded: dict              # the message of the DLQ entry that was there before the worker started
+    preseeded_entry: bytes
+    run: ScriptRun
+    keys: dict                   # the whole keyspace after the run
+    seeded_at: float
+    alerts: tuple[AlertRun, ...] = ()   # alert.py with the DLQ empty, then with ALERT_DEPTH entries
+
+    def of_kind(self, kind: str) -> dict:
+        return next(m for m in self.seeded if m["kind"] == kind)
+
+    @property
+    def goods(self) -> tuple[dict, ...]:
+        return tuple(m for m in self.seeded if m["kind"] == "good")
+
+    @property
+    def dlq(self) -> keyspace.KeyContent | None:
+        return self.keys.get(messages.DLQ.encode())
+
+    @property
+    def queue(self) -> keyspace.KeyContent | None:
+        return self.keys.get(messages.QUEUE.encode())
+
+    def calls(self) -> list[Call]:
+        return ordered(self.run.calls)
+
+    def calls_for(self, message: dict) -> list[Call]:
+        return [c for c in self.calls() if c.id == message["id"]]
+
+    def dlq_entries_for(self, message: dict) -> list[bytes]:
+        return [v for v in (self.dlq.values if self.dlq else ()) if message["id"].encode() in v]
+
+
+def _settled(batch: list[dict]):
+    # The same notion of "settled" as worker_run's (imported here: conftest.py imports this module).
+    from retrylab.checks.backoff_dlq.conftest import LONG_QUIET, QUIET, RETRIES_FOREVER
+    ids = [m["id"] for m in batch]
+
+    def stop(progress: Progress) -> bool:
+        calls = progress.calls()
+        counts = Counter(c.id for c in calls)
+        if counts and max(counts.values()) > RETRIES_FOREVER:
+            return True                      # something is retried (or replayed) without end
+        quiet = progress.quiet_for()
+        if quiet >= LONG_QUIET:
+            return True
+        if quiet < QUIET:
+            return False
+        content = progress.keyspace()
+        if messages.QUEUE.encode() in content:
+            return False
+        ok = {c.id for c in calls if c.outcome == "ok"}
+        dlq = content.get(messages.DLQ.encode())
+
+        def accounted(message_id: str) -> bool:
+            needle = message_id.encode()
+            if message_id in ok or (dlq is not None and any(needle in v for v in dlq.values)):
+                return True
+            return counts[message_id] > 0 and not keyspace.mentions(content, needle)  # dropped
+
+        return all(accounted(i) for i in ids)
+
+    return stop
+
+
+def run_alerts(learner, redis_backend) -> tuple[AlertRun, ...]:
+    """`python alert.py` against one private Redis: with the DLQ empty, then with ALERT_DEPTH entries."""
+    runs = []
+    with redis_backend.private() as endpoint, endpoint.client() as client:
+        for entries in (0, ALERT_DEPTH):
+            client.delete(messages.DLQ)
+            if entries:
+                client.rpush(messages.DLQ, *(messages.lab_dlq_entry(messages.new_message("bad"),
+                                                                    error="kind=bad is rejected by taskproc")
+                                             for _ in range(entries)))
+            run = learner.run("alert.py", endpoint, timeout=ALERT_TIMEOUT,
+                              stop_when=lambda progress: progress.quiet_for() > ALERT_QUIET)
+            left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else None
+            runs.append(AlertRun(entries=entries, run=run, left=left))
+            if run.missing:
+                break
+    return tuple(runs)
+
+
+def _alerts_alongside(learner, redis_backend):
+    """Start the alert runs in a thread when private Redis servers are independent; a function that
+    returns their results (running them there and then otherwise)."""
+    if getattr(redis_backend, "name", "") != "fake":
+        # the other backends empty one shared server (or database) for each private Redis
+        return lambda: run_alerts(learner, redis_backend)
+    alone = copy.copy(learner)
+    alone.clock = None      # the step's clock is the main thread's; these runs are bounded by their timeout
+    outcome: dict = {}
+
+    def work():
+        try:
+            outcome["runs"] = run_alerts(alone, redis_backend)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name="retrylab-alert-runs", daemon=True)
+    thread.start()
+
+    def result() -> tuple[AlertRun, ...]:
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["runs"]
+
+    return result
+
+
+@pytest.fixture(scope="session")
+def advanced_run(learner, redis_backend) -> AdvancedRun:
+    from retrylab.checks.backoff_dlq.conftest import RUN_TIMEOUT
+    alerts = _alerts_alongside(learner, redis_backend)
+    batch = advanced_batch()
+    preseeded = messages.new_message("bad")
+    entry = messages.lab_dlq_entry(preseeded, error=f"task {preseeded['id']}: kind=bad is rejected by taskproc",
+                                   first_seen_at=time.time() - 3600).encode()
+    with redis_backend.private() as endpoint, endpoint.client() as client:
+        client.rpush(messages.DLQ, entry)
+        client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
+        seeded_at = time.time()
+        run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch))
+        content = keyspace.dump(client)
+    return AdvancedRun(seeded=tuple(batch), preseeded=preseeded, preseeded_entry=entry, run=run,
+                       keys=content, seeded_at=seeded_at, alerts=alerts())
+
+
+# --------------------------------------------------------------------------------------------
+# time on the virtual clock
+
+
+def ordered(calls: Iterable[Call]) -> list[Call]:
+    return sorted(calls, key=lambda c: c.t)
+
+
+def _offsets_usable(calls: Sequence[Call]) -> bool:
+    """Offsets tell sleeping from real time only within one process (and only if logged)."""
+    offsets = [c.offset for c in calls]
+    return all(o is not None for o in offsets) and all(a <= b + 1e-6 for a, b in zip(offsets, offsets[1:]))
+
+
+def waited(calls: Sequence[Call], start: int, end: int) -> float:
+    """Seconds the worker waited between the starts of calls[start] and calls[end] (time-ordered):
+    sleeping in full, real time beyond REAL_ALLOWANCE per call, processing (1 s a call) not at all."""
+    if end <= start:
+        return 0.0
+    a, b = calls[start], calls[end]
+    n = end - start
+    if _offsets_usable(calls):
+        slept = (b.offset - a.offset) - n * SECONDS_PER_CALL
+        real = (b.t - b.offset) - (a.t - a.offset)
+        return max(0.0, slept) + max(0.0, real - n * REAL_ALLOWANCE)
+    return max(0.0, (b.t - a.t) - n * (SECONDS_PER_CALL + REAL_ALLOWANCE))
+
+
+@dataclass(frozen=True)
+class Wait:
+    after: int          # the failed attempt it follows (1 = after the first failure)
+    seconds: float
+    others: int         # process calls for other messages in between
+
+    @property
+    def bound(self) -> float:
+        """The longest wait capped exponential backoff allows here, under either numbering (the
+        first retry waits up to base * 2**0 or base * 2**1): the larger, base * 2**after."""
+        return min(BACKOFF_CAP, BACKOFF_BASE * 2 ** self.after)
+
+
+def retry_waits(calls: Iterable[Call], message_id: str, limit: int = MAX_ATTEMPTS) -> list[Wait]:
+    """The waits between successive attempts of one message (its first `limit` attempts)."""
+    timeline = ordered(calls)
+    positions = [i for i, c in enumerate(timeline) if c.id == message_id][:limit]
+    return [Wait(after=k, seconds=waited(timeline, i, j), others=j - i - 1)
+            for k, (i, j) in enumerate(zip(positions, positions[1:]), start=1)]
+
+
+def backoff_problem(waits: Sequence[Wait]) -> str:
+    """Why these waits are not capped exponential backoff with jitter ("" when they are)."""
+    if not waits:
+        return ""
+    for wait in waits:
+        if wait.seconds > wait.bound + BACKOFF_SLACK:
+            return (f"after failure {wait.after} the worker waited {wait.seconds:.1f} s before the next attempt; "
+                    f"capped exponential backoff (base {BACKOFF_BASE:g} s, cap {BACKOFF_CAP:g} s) waits at most "
+                    f"{wait.bound:g} s there")
+    seconds = [w.seconds for w in waits]
+    if sum(seconds) <= ZERO_WAITS:
+        return "the worker retried the failing message without waiting between attempts"
+    if len(seconds) > 1 and max(seconds) - min(seconds) <= EQUAL_WAITS:
+        return (f"the worker waited the same {seconds[0]:.2f} s before every retry; the wait must grow "
+                f"with each attempt (exponential) and vary (jitter)")
+    return ""
+
+
+def describe_waits(waits: Sequence[Wait]) -> str:
+    return ", ".join(f"{w.seconds:.2f}" for w in waits) + " s"
+
+
+def blocked_goods(calls: Iterable[Call], goods: Sequence[dict]) -> list[tuple[dict, float]]:
+    """(good message, seconds the worker waited before its first call while it was ready), for
+    every good message that was processed; in queue order."""
+    timeline = ordered(calls)
+    found = []
+    for good in goods:
+        index = next((i for i, c in enumerate(timeline) if c.id == good["id"]), None)
+        if index is not None:
+            found.append((good, waited(timeline, 0, index)))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# commands that take entries out of the DLQ
+
+
+def _keys_of(command: Command, scripts: dict[str, bytes]) -> tuple[list[bytes], bytes]:
+    """The keys a command names, and a script's text for EVAL/EVALSHA (b"" otherwise)."""
+    name, args = command.name, command.args
+    try:
+        if name in _FIRST_KEY:
+            return list(args[1:2]), b""
+        if name in _ALL_KEYS:
+            return list(args[1:]), b""
+        if name in _KEYS_THEN_TIMEOUT:
+            return list(args[1:-1]), b""
+        if name == "LMPOP":
+            return list(args[2:2 + int(args[1])]), b""
+        if name == "BLMPOP":
+            return list(args[3:3 + int(args[2])]), b""
+        if name in _SCRIPTS:
+            count = int(args[2])
+            script = args[1] if name.startswith("EVAL_") or name == "EVAL" else scripts.get(
+                args[1].decode("latin-1").lower(), b"")
+            return list(args[3:3 + count]), script
+    except (ValueError, IndexError):
+        pass
+    return [], b""
+
+
+def dlq_removals(commands: Iterable[Command], dlq: bytes = messages.DLQ.encode()) -> list[Command]:
+    """The commands that would take entries out of the DLQ: list pops and moves from it, LREM, LTRIM,
+    DEL/UNLINK, RENAME (queued in MULTI or not), and scripts that name it and remove from a list."""
+    scripts: dict[str, bytes] = {}
+    found = []
+    for command in commands:
+        if command.name == "SCRIPT" and len(command.args) > 2 and command.args[1].upper() == b"LOAD":
+            scripts[hashlib.sha1(command.args[2]).hexdigest()] = command.args[2]
+            continue
+        keys, script = _keys_of(command, scripts)
+        if command.name in _SCRIPTS:
+            text = script.decode("utf-8", "replace")
+            if (dlq in keys or dlq in script) and _LUA_REMOVAL.search(text):
+                found.append(command)
+        elif dlq in keys:
+            found.append(command)
+    return found
+
+
+def show_command(command: Command, limit: int = 80) -> str:
+    text = " ".join(a.decode("utf-8", "replace") for a in command.args)
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def dead_lettered_ids(commands: Iterable[Command], dlq: bytes = messages.DLQ.encode()) -> set[str]:
+    """The message ids the worker wrote into the DLQ (seen on the wire)."""
+    found = set()
+    for command in commands:
+        if command.name in ("LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LINSERT", "LSET") and command.args[1:2] == (dlq,):
+            for arg in command.args[2:]:
+                value, problem = decode_json(arg)
+                mid = message_id(value) if not problem else None
+                if mid:
+                    found.add(mid)
+    return found
