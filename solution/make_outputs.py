@@ -1,14 +1,13 @@
 """Write schedule.txt, jitter.txt, capped.txt and requeue.out next to this file.
 
-Each file comes from the same functions the worker uses, so what the files
-show is what the worker does. Needs no Redis:  python make_outputs.py
+Each file comes from the functions the worker uses, so what the files show is what the worker
+does. Needs no Redis:  python make_outputs.py
 """
-import json
 import os
 import time
 
-from backoff import capped, exponential
-from worker import POLICY, requeue
+from retryqueue import backoff, messages
+from retryqueue.keys import DELAYED
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,26 +31,29 @@ def jitter_values(strategy, attempt, count=20, distinct=15):
             return values
 
 
-def requeue_demo():
-    # A message failing twice, sent through the worker's own requeue(): a list
-    # stands in for Redis and sleeping is skipped (the wait is still drawn).
-    out, pushed = [], []
+def requeue_demo(policy):
+    """A message failing twice, requeued the way the worker does it (retryqueue/worker.py
+    _failed): one more attempt counted, first_seen_at kept, parked in the delayed set until due.
+    Printed instead of sent, as the Redis command the worker would issue."""
+    out = []
     msg = {"id": "sample-1", "kind": "bad", "data": {"n": 1}, "attempts": 0}
-    first_seen_at = time.time()
+    first_seen_at = now = time.time()
     for _ in range(2):
-        requeue(msg, first_seen_at, push=lambda key, text: pushed.append((key, text)),
-                sleep=lambda s: None, log=out.append)
-        key, text = pushed[-1]
-        out.append(f"  RPUSH {key} {text}")
-        msg = json.loads(text)  # the next delivery sees what was pushed
+        now += 1.0  # process() ran and raised
+        retry = messages.after_failure(msg, first_seen_at)
+        wait = policy(retry["attempts"] - 1)
+        out.append(f"requeued id={msg['id']} attempts={retry['attempts']} wait={wait:.3f}")
+        out.append(f"  ZADD {DELAYED} {now + wait:.3f} {messages.encode(retry)}")
+        msg, now = retry, now + wait  # due: moved back to q:tasks and taken again
     return out
 
 
 def main():
-    write("schedule.txt", schedule_lines(exponential(1.0), range(6)))
-    write("capped.txt", schedule_lines(capped(exponential(1.0), 30.0), range(9)))
-    write("jitter.txt", jitter_values(POLICY, 3))  # attempt 3: uniform in [0, 8]
-    write("requeue.out", requeue_demo())
+    policy = backoff.policy(1.0, 30.0)
+    write("schedule.txt", schedule_lines(backoff.exponential(1.0), range(6)))
+    write("capped.txt", schedule_lines(backoff.capped(backoff.exponential(1.0), 30.0), range(9)))
+    write("jitter.txt", jitter_values(policy, 3))  # attempt 3: uniform in [0, 8]
+    write("requeue.out", requeue_demo(policy))
 
 
 if __name__ == "__main__":
