@@ -28,6 +28,7 @@ class Step:
     hint: str
     weight: float
     timeout: float
+    file: str = ""   # the learner's file a failure points at (annotations), relative to the submission
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ def _load(folder: Path) -> Exercise:
     defaults = meta.get("defaults", {})
     def make(entry: dict, number: int | None, slug: str, weight: float) -> Step:
         return Step(number=number, slug=slug, title=entry["title"], hint=entry["hint"], weight=weight,
-                    timeout=float(entry.get("timeout", defaults.get("timeout", 20))))
+                    timeout=float(entry.get("timeout", defaults.get("timeout", 20))),
+                    file=str(entry.get("file", "")))
 
     steps = tuple(make(s, int(s["number"]), s["slug"], float(s.get("weight", defaults.get("weight", 1))))
                   for s in meta["steps"])

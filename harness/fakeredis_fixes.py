@@ -277,6 +277,21 @@ class _OneLineErrorWriter(_tcp_server.Writer):
     never comes, and a learner's worker hangs where real Redis would have raised ResponseError.
     """
 
+    def write(self, value: bytes) -> None:
+        """All of it, however large. fakeredis makes the socket non-blocking, so a reply larger than
+        the socket's send buffer (LRANGE of a 20 MB value) failed with EAGAIN half-way and the
+        connection was dropped: the reader got a ConnectionError where real Redis just sends it."""
+        handler = self.request_handler
+        sock = handler.connection
+        view = memoryview(value)
+        while view:
+            try:
+                view = view[sock.send(view):]
+            except BlockingIOError:
+                if handler.server._shutdown_event.is_set():
+                    raise ConnectionError("the fake server is stopping") from None
+                select.select([], [sock], [], 0.1)
+
     def dump(self, value: Any) -> None:
         if isinstance(value, Exception):
             encoded = _tcp_server.encode_reply(value, self.request_handler.protocol_version)
@@ -291,6 +306,9 @@ class _PeerAwareRequestHandler(TCPFakeRequestHandler):
     server: PatchedTcpFakeServer
 
     def setup(self) -> None:
+        # Redis sets TCP_NODELAY on its clients' sockets; without it a pipeline's several replies
+        # meet Nagle's delay (about 45 ms each exchange, measured), slowing learners and polling alike.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().setup()
         self.writer = _OneLineErrorWriter(self.client_address, self.wfile, self)
         client = self.current_client

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import __version__
+from retrylab import __version__, i18n
 from retrylab import exercise as exercises
-from retrylab.plugin import OUTPUT_KEY, STEP_KEY, VERDICT
+from retrylab.plugin import LOCATION_KEY, OUTPUT_KEY, STEP_KEY, VERDICT
 from retrylab.results import Report, StepResult
 
 HARNESS_ERROR_LIMIT = 300
@@ -26,7 +26,7 @@ class _Collector:
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.harness_errors.append(f"a check module could not be loaded: {_first_line(report.longreprtext)}")
+            self.harness_errors.append(i18n.label("grading.module_not_loaded", error=_first_line(report.longreprtext)))
 
     def pytest_runtest_logreport(self, report):
         key = _check_of(report)
@@ -44,32 +44,54 @@ def _first_line(text: str) -> str:
     return (lines[-1] if lines else "unknown error")[:HARNESS_ERROR_LIMIT]
 
 
-def _step_result(step: exercises.Step, reports: list) -> StepResult:
+def _properties(reports: list, key: str) -> list:
+    """The values a check attached under `key`. Each phase's report (setup, call, teardown) copies
+    the item's properties so far: only the last report of each check item is read."""
+    last = {}
+    for report in reports:
+        last[report.nodeid] = report.user_properties
+    return [value for properties in last.values() for k, value in properties if k == key]
+
+
+def _step_result(step: exercises.Step, reports: list, exercise: exercises.Exercise | None = None) -> StepResult:
+    """The step's result, its title and labels in the current language (i18n.use)."""
     name = step.slug if step.number is not None else f"advanced:{step.slug}"
-    base = dict(name=name, title=step.title, number=step.number, weight=step.weight)
+    located = _properties(reports, LOCATION_KEY)
+    location = located[-1] if located else ((step.file, None) if step.file else None)
+    title = i18n.step_text(exercise, step, "title") if exercise else step.title
+    hint = i18n.step_text(exercise, step, "hint") if exercise else step.hint
+    base = dict(name=name, title=title, number=step.number, weight=step.weight, location=location)
     if not reports:
-        return StepResult(status="error", message="no check ran for this step (a harness defect)", **base)
+        return StepResult(status="error", message=i18n.label("grading.no_check_ran"), **base)
     seconds = sum(r.duration for r in reports)
-    output = "\n".join(v for r in reports for k, v in r.user_properties if k == OUTPUT_KEY)
+    output = "\n".join(_properties(reports, OUTPUT_KEY))
     failed = [r for r in reports if r.failed]
     if not any(r.when == "call" for r in reports) and not failed:
-        return StepResult(status="error", message="the check for this step did not run", **base)
+        return StepResult(status="error", message=i18n.label("grading.did_not_run"), **base)
     if not failed:
         return StepResult(status="pass", output=output, seconds=seconds, **base)
     verdicts = [r for r in failed if VERDICT in r.user_properties]
     if len(verdicts) < len(failed):
         crash = next(r for r in failed if r not in verdicts)
         return StepResult(status="error", output=output, seconds=seconds,
-                          message=f"the harness failed while checking this step: {_first_line(crash.longreprtext)}",
+                          message=i18n.label("grading.harness_failed", error=_first_line(crash.longreprtext)),
                           **base)
     message = "\n".join(str(r.longrepr) for r in verdicts)
     return StepResult(status="fail", output=output, seconds=seconds,
-                      message=f"{message}\nHint: {step.hint}", **base)
+                      message=f"{message}\n{i18n.label('report.hint', hint=hint)}", **base)
 
 
 def grade(submission: Path, *, backend: str = "fake", steps: tuple[int, ...] = (),
-          exercise_id: str = exercises.DEFAULT_EXERCISE) -> Report:
+          exercise_id: str = exercises.DEFAULT_EXERCISE, redis_url: str | None = None,
+          step_timeout: float | None = None, lang: str = i18n.DEFAULT) -> Report:
+    """Grade `submission`; `step_timeout` replaces every step's own time limit (exercise.toml).
+    Messages, titles and hints are in `lang` (en, zh, ru, fa): the checks build them so."""
     started = time.monotonic()
+    with i18n.use(lang):
+        return _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lang, started)
+
+
+def _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lang, started) -> Report:
     exercise = exercises.get(exercise_id)
     wanted = [s for s in exercise.steps if not steps or s.number in steps]
     advanced = () if steps else exercise.advanced
@@ -77,18 +99,20 @@ def grade(submission: Path, *, backend: str = "fake", steps: tuple[int, ...] = (
     args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"),
             "--rootdir", str(exercises.CHECKS_DIR), "-p", "retrylab.plugin", "-p", "no:cacheprovider",
             "-p", "no:randomly", "-q", "--solution", str(submission), "--backend", backend,
-            *(f"--step={s.number}" for s in wanted)]
+            *(f"--step={s.number}" for s in wanted if steps), *((f"--redis-url={redis_url}",) if redis_url else ()),
+            *((f"--step-timeout={step_timeout}",) if step_timeout is not None else ()), f"--lang={lang}"]
     captured = io.StringIO()
     with _no_plugin_autoload(), contextlib.redirect_stdout(captured):
         exit_code = pytest.main(args, plugins=[collector])
     harness_error = "; ".join(collector.harness_errors)
     if exit_code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, 2) and not harness_error:
         harness_error = _first_line(captured.getvalue()) if exit_code != 2 else _exit_reason(captured.getvalue())
-    results = tuple(_step_result(s, collector.by_check.get(s.number, [])) for s in wanted) + tuple(
-        _step_result(a, collector.by_check.get(a.slug, [])) for a in advanced)
-    return Report(exercise_id=exercise.id, exercise_title=exercise.title, submission=str(submission),
+    results = tuple(_step_result(s, collector.by_check.get(s.number, []), exercise) for s in wanted) + tuple(
+        _step_result(a, collector.by_check.get(a.slug, []), exercise) for a in advanced)
+    return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
+                  submission=str(submission),
                   backend=backend, harness_version=__version__, results=results,
-                  seconds=time.monotonic() - started, harness_error=harness_error)
+                  seconds=time.monotonic() - started, harness_error=harness_error, lang=lang)
 
 
 def _exit_reason(output: str) -> str:

@@ -29,9 +29,10 @@ def shape(client: redis.Redis) -> tuple:
     with client.pipeline(transaction=False) as pipe:
         for key, kind in zip(keys, types):
             _length(pipe, key, kind)
-        lengths = pipe.execute()
+        # a script may change a key's type between the two pipelines (WRONGTYPE): skip it this time
+        lengths = pipe.execute(raise_on_error=False)
     # Real Redis never keeps an empty key; fakeredis can (LMPOP draining a list): treat it as gone.
-    return tuple((k, t, n) for k, t, n in zip(keys, types, lengths) if n)
+    return tuple((k, t, n) for k, t, n in zip(keys, types, lengths) if isinstance(n, int) and n)
 
 
 def _length(pipe, key, kind):

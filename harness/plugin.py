@@ -6,17 +6,28 @@ collected: the options exist in every pytest run, the fixtures only do work when
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from retrylab import exercise as exercises
+from retrylab import i18n
 from retrylab.backends import BackendUnavailable, make_backend, BACKENDS
+from retrylab.limits import StepClock, StepTimeLimit
 from retrylab.runner import LearnerRunner
 from retrylab.verdict import CheckFailed
 
 OUTPUT_KEY = "retrylab_output"
+LOCATION_KEY = "retrylab_location"
 STEP_KEY = "retrylab_step"
+TIMING_KEY = "retrylab_timing"   # RunTiming dicts of the learner runs in a phase (for benchmarks)
+CLOCK = pytest.StashKey[StepClock]()
+LANGUAGE = pytest.StashKey[object]()   # the token of the language made current for the session
+# In setup the runner holds learner runs to the step's deadline; the alarm there is only a backstop
+# against a harness hang, later, so that it does not interrupt a session fixture other steps share.
+SETUP_ALARM_GRACE = 2.0
 VERDICT = ("retrylab_verdict", "fail")  # marks a failure that is a verdict on the learner, not a crash
 
 
@@ -25,13 +36,33 @@ def pytest_addoption(parser):
     group.addoption("--solution", metavar="DIR", help="the submission directory to grade")
     group.addoption("--backend", default="fake", choices=sorted(BACKENDS),
                     help="the kind of private Redis the checks use (default: fake)")
+    group.addoption("--redis-url", metavar="URL", default=None,
+                    help="with --backend url: the server to grade against, redis://host:port[/db]")
     group.addoption("--step", dest="retrylab_steps", action="append", type=int, default=[],
                     metavar="N", help="grade only lab step N (repeatable)")
+    group.addoption("--step-timeout", dest="retrylab_step_timeout", type=float, default=None, metavar="SECONDS",
+                    help="time limit of every step (default: each step's own, from exercise.toml)")
+    group.addoption("--lang", dest="retrylab_lang", default=None, choices=i18n.LANGUAGES,
+                    help="language of the checks' messages: en, zh, ru, fa (default: from LANGUAGE, "
+                         "LC_ALL, LC_MESSAGES, LANG; else en)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "step(number): the lab step a check module grades")
     config.addinivalue_line("markers", "advanced(id): an advanced check, reported apart from the lab")
+    override = config.getoption("retrylab_step_timeout")
+    if override is not None and not override > 0:
+        raise pytest.UsageError("--step-timeout must be a positive number of seconds")
+    config.stash[CLOCK] = StepClock(override)
+    lang = config.getoption("retrylab_lang")
+    if lang or config.getoption("--solution"):  # grading: messages in the chosen language
+        config.stash[LANGUAGE] = i18n.activate(i18n.resolve(lang))
+
+
+def pytest_unconfigure(config):
+    token = config.stash.get(LANGUAGE, None)
+    if token is not None:
+        i18n.deactivate(token)
 
 
 def check_key(item) -> int | str | None:
@@ -43,7 +74,16 @@ def check_key(item) -> int | str | None:
     return str(marker.args[0]) if marker else None
 
 
+def _check_order(item) -> tuple[int, int]:
+    key = check_key(item)
+    return (0, key) if isinstance(key, int) else (1 if key is not None else 2, 0)
+
+
+@pytest.hookimpl(trylast=True)  # after any shuffling plugin: the order below is part of grading
 def pytest_collection_modifyitems(config, items):
+    # Lab steps first, by number, then advanced checks: the first check to use a shared session
+    # fixture (the worker run) pays for it within its own time limit, so that is step 1's.
+    items.sort(key=_check_order)
     wanted = set(config.getoption("retrylab_steps") or ())
     if not wanted:
         return
@@ -67,8 +107,8 @@ def submission(pytestconfig) -> Path:
 
 @pytest.fixture(scope="session")
 def redis_backend(pytestconfig):
-    backend = make_backend(pytestconfig.getoption("--backend"))
     try:
+        backend = make_backend(pytestconfig.getoption("--backend"), redis_url=pytestconfig.getoption("--redis-url"))
         backend.start()
     except BackendUnavailable as exc:
         pytest.exit(f"retrylab: {exc}", returncode=2)
@@ -77,9 +117,9 @@ def redis_backend(pytestconfig):
 
 
 @pytest.fixture(scope="session")
-def learner(submission) -> LearnerRunner:
-    """Runs the learner's scripts; see LearnerRunner.run."""
-    return LearnerRunner(submission)
+def learner(submission, pytestconfig) -> LearnerRunner:
+    """Runs the learner's scripts (see LearnerRunner.run), within the current step's time limit."""
+    return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK])
 
 
 @pytest.fixture
@@ -89,13 +129,58 @@ def step(request) -> exercises.Step:
     exercise = exercises.for_path(Path(request.node.fspath))
     if key is None or exercise is None:
         raise pytest.UsageError(f"{request.node.nodeid}: a check needs pytest.mark.step(N) or pytest.mark.advanced(ID)")
-    return exercise.check(key)
+    meta = exercise.check(key)
+    return dataclasses.replace(meta, timeout=request.config.stash[CLOCK].limit_of(meta))
 
 
 def attach_output(node, text: str) -> None:
     """Record what the learner's script printed, for reporters that show it."""
     if text:
         node.user_properties.append((OUTPUT_KEY, text))
+
+
+def attach_location(node, file: str, line: int | None = None) -> None:
+    """Point this check's failure at the learner's file (relative to the submission) and 1-based line,
+    for reporters that can (GitHub annotations). Without it, the step's `file` in exercise.toml."""
+    node.user_properties.append((LOCATION_KEY, (file, line)))
+
+
+def _timed(item) -> tuple[int | str, str, float] | None:
+    """(key, label, limit) of the step a check item belongs to; None for anything else."""
+    key = check_key(item)
+    exercise = exercises.for_path(Path(item.fspath)) if key is not None else None
+    if exercise is None:
+        return None
+    try:
+        meta = exercise.check(key)
+    except KeyError:
+        return None
+    label = f"step {meta.number}" if meta.number is not None else f"advanced check {meta.slug}"
+    return key, label, item.config.stash[CLOCK].limit_of(meta)
+
+
+def _step_limit(item, alarm_grace: float = 0.0):
+    timed = _timed(item)
+    return item.config.stash[CLOCK].phase(*timed, alarm_grace=alarm_grace) if timed else contextlib.nullcontext()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _step_limit(item, alarm_grace=SETUP_ALARM_GRACE):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _step_limit(item):
+        return (yield)
+
+
+def _verdict(report, message: str) -> None:
+    report.outcome = "failed"
+    report.longrepr = message
+    if VERDICT not in report.user_properties:
+        report.user_properties.append(VERDICT)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -105,6 +190,17 @@ def pytest_runtest_makereport(item, call):
     report.user_properties.append((STEP_KEY, check_key(item)))
     if call.excinfo is not None and call.excinfo.errisinstance(CheckFailed):
         # A learner-facing verdict, not a harness bug: show the message without a traceback.
-        report.outcome = "failed"
-        report.longrepr = call.excinfo.value.message
-        report.user_properties.append(VERDICT)
+        _verdict(report, call.excinfo.value.message)
+    timed = _timed(item) if call.when in ("setup", "call") else None
+    if timed is None:
+        return
+    key, label, limit = timed
+    clock = item.config.stash[CLOCK]
+    if clock.timings:
+        report.user_properties.append((TIMING_KEY, [dataclasses.asdict(t) for t in clock.timings]))
+    if call.excinfo is not None and call.excinfo.errisinstance(StepTimeLimit) and call.excinfo.value.key != key:
+        # a session fixture (the shared worker run) was stopped by the step that started it
+        _verdict(report, f"{label} could not be judged: what it shares with another step was stopped there "
+                         f"({call.excinfo.value.message})")
+    elif clock.over(key, limit) and not report.skipped:
+        _verdict(report, clock.message())

@@ -7,7 +7,8 @@ a worker that never exits has done all it is going to do.
 """
 from __future__ import annotations
 
-import tempfile
+import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import redis
 from retrylab import keyspace
 from retrylab.backends import Endpoint
 from retrylab.calllog import Call, CallLog
+from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
 
@@ -30,11 +32,23 @@ except ImportError:  # pragma: no cover
 
 
 @dataclass(frozen=True)
+class RunTiming:
+    """Where one learner run's real time went, in seconds (for benchmarks; recording it is free)."""
+    script: str
+    prepare: float              # copying the submission, starting the recording proxy
+    first_command: float | None  # process start to its first Redis command (interpreter, imports, connect)
+    run: float                  # the process's whole life, start to exit or stop
+    settle: float               # of `run`: waiting after the last change before deciding a worker had settled
+    cleanup: float              # stopping the process group, closing the proxy, removing the copy
+
+
+@dataclass(frozen=True)
 class ScriptRun:
     """What one run of a learner script did."""
     result: ScriptResult | None     # None: the script does not exist in the submission
     calls: tuple[Call, ...]
     commands: tuple[Command, ...]
+    timing: RunTiming | None = None
 
     @property
     def missing(self) -> bool:
@@ -50,6 +64,7 @@ class Progress:
         self.proxy = proxy
         self._signature = None
         self._changed_at = time.monotonic()
+        self.stopped_at: float | None = None    # when the stop condition said "settled"
 
     def calls(self) -> list[Call]:
         return self.calllog.calls()
@@ -65,28 +80,63 @@ class Progress:
             self._signature, self._changed_at = signature, now
         return now - self._changed_at
 
+    def settle_wait(self) -> float:
+        """How long the stop condition waited after the last change it saw."""
+        if self.stopped_at is None or self._signature is None:  # exited by itself, or stopped on another ground
+            return 0.0
+        return max(0.0, self.stopped_at - self._changed_at)
+
 
 StopCondition = Callable[[Progress], bool]
 
 
 class LearnerRunner:
-    def __init__(self, submission: Path, limits: Limits = Limits()):
+    def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None):
         self.submission = Path(submission)
         self.limits = limits
+        self.clock = clock      # the current step's time limit, when run under the plugin
 
     def run(self, script: str, endpoint: Endpoint, *, timeout: float,
             stop_when: StopCondition | None = None) -> ScriptRun:
+        """Run `script` until it exits, `stop_when` says it has settled, or `timeout` seconds pass
+        (fewer if the current step's time limit comes first: the run is then cut short and the
+        clock is told, so the step fails for its time limit)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
-        with tempfile.TemporaryDirectory(prefix="retrylab-log-") as logdir, \
-                RecordingProxy((endpoint.host, endpoint.port)) as proxy, \
+        left = self.clock.remaining() if self.clock else None
+        by_step_limit = left is not None and left - RUN_MARGIN < timeout
+        if by_step_limit:
+            timeout = max(0.0, left - RUN_MARGIN)
+        began = time.monotonic()
+        with RecordingProxy((endpoint.host, endpoint.port)) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
                 endpoint.client() as client:
-            calllog = CallLog(Path(logdir) / "calls.jsonl")
+            calllog = CallLog(sandbox.log_file("calls.jsonl"))  # writable by the learner's uid, not replaceable
             progress = Progress(client, calllog, proxy)
             env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
-                   "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/0",
+                   "RETRYLAB_REDIS_DB": str(endpoint.db),
+                   "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
                    "RETRYLAB_TASKPROC": str(TASKPROC), "RETRYLAB_CALL_LOG": str(calllog.path)}
-            condition = (lambda: stop_when(progress)) if stop_when else None
-            result = sandbox.run(script, env=env, timeout=timeout, stop_when=condition)
-            return ScriptRun(result=result, calls=tuple(calllog.calls()), commands=tuple(proxy.commands()))
+            # a server the user named (url backend) may need them; the proxy relays bytes as they are
+            env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
+                        (("username", endpoint.username), ("password", endpoint.password)) if v})
+            condition = None
+            if stop_when:
+                def condition() -> bool:
+                    if stop_when(progress):
+                        progress.stopped_at = time.monotonic()
+                        return True
+                    return False
+            prepared, wall_start = time.monotonic(), time.time()
+            with self.clock.shielded() if self.clock else contextlib.nullcontext():
+                result = sandbox.run(script, env=env, timeout=timeout, stop_when=condition)
+            done = ScriptRun(result=result, calls=tuple(calllog.calls()), commands=tuple(proxy.commands()))
+            finished = time.monotonic()
+        first = done.commands[0].at - wall_start if done.commands else None
+        timing = RunTiming(script=script, prepare=prepared - began, first_command=first, run=result.seconds,
+                           settle=progress.settle_wait(), cleanup=time.monotonic() - finished)
+        if self.clock:
+            self.clock.timings.append(timing)
+            if by_step_limit and result.stopped == "timeout":
+                self.clock.cut(f"{script} was still running when the limit was reached, and was stopped")
+        return dataclasses.replace(done, timing=timing)

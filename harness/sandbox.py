@@ -1,16 +1,42 @@
 """Run learner scripts as contained subprocesses in a throw-away copy of the submission.
 
-A learner's script is untrusted: it may hang, print without end, eat memory, fork, or scribble
-over files. Each run gets a fresh copy of the submission as cwd, an environment built from an
-allowlist, resource limits, output read concurrently into a bounded buffer, and a hard time
-limit after which its whole process group is killed.
+A learner's script is untrusted: it may hang, print without end, eat memory, fork without end,
+leave a daemon behind, ignore SIGTERM, read the environment, or scribble over files. Each run gets
+a fresh copy of the submission as cwd, an environment built from an allowlist, resource limits,
+output read concurrently into bounded buffers, and a hard time limit. How it is contained depends
+on what the machine allows (`containment()` says what applies here):
+
+- A supervisor process (supervisor.py) sits between the harness and the script. It is
+  a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so whatever the script starts, even a daemon
+  that double-forks and calls setsid, stays its descendant. When the script exits, or the harness
+  stops it (SIGTERM, then SIGKILL after a grace period), the supervisor kills every descendant and
+  reports how the script ended and which limits it hit.
+- As root, the script runs as a fresh unprivileged uid (one per run), with no capabilities and
+  no_new_privs: RLIMIT_NPROC then bounds its processes, it cannot write the harness's files nor the
+  original submission, nor read another process's environment, and a kill(-1) from that uid ends
+  everything it started.
+  Directories that other users cannot enter on the way to the interpreter (a pyenv under /root)
+  are exposed, alone, in a private mount namespace. Where that does not work, the script runs as
+  root without capabilities (it cannot raise its limits or read the harness's environment).
+- Without a uid of its own, a pids cgroup (v2, or v1's pids hierarchy) bounds the processes where
+  one can be made, and says when the bound was hit; as root without either, the supervisor counts
+  them itself. Not root (a learner's own machine): RLIMIT_NPROC above the tasks the user runs.
+- Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
+  named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit").
 """
 from __future__ import annotations
 
+import functools
+import marshal
 import os
+import random
 import resource
+import secrets
+import select
 import shutil
 import signal
+import site
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,12 +46,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, _kill, descendants,
+                                 processes_of_uid)
+
+__all__ = ["CappedBuffer", "Containment", "Limits", "Sandbox", "SandboxError", "ScriptResult",
+           "containment", "descendants", "find_processes", "processes_of_uid", "sweep"]
 
 SITE_DIR = Path(__file__).resolve().parent / "learner_site" / "pythonpath"
-if not (SITE_DIR / "sitecustomize.py").is_file():
-    # Without it a learner's script would reach whatever Redis it names (e.g. a shared :6379).
-    raise ImportError(f"retrylab is installed without its learner site ({SITE_DIR}/sitecustomize.py)")
+_HARNESS_DIR = str(Path(__file__).resolve().parent)
+# from supervisor.py's compiled file when there is one (a script would be compiled on every start)
+_SUPERVISOR_CMD = ("import sys; sys.path.insert(0, {!r}); import supervisor; "
+                   "supervisor.main(sys.argv)").format(_HARNESS_DIR)
 _ENV_ALLOWLIST = ("PATH", "LANG", "LANGUAGE", "TERM")
+RUN_ID_VARIABLE = "RETRYLAB_RUN_ID"     # in every learner process's environment: which run it belongs to
+RUN_TAG_VARIABLE = "RETRYLAB_RUN_TAG"   # in the harness's environment: a prefix for run ids (tests)
+STOP_GRACE = 0.5                        # seconds between SIGTERM and SIGKILL when a run is stopped
+_UID_RANGE = (2_000_000_000, 2_100_000_000)  # uids for learner processes: one per run, never a real user
+_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")   # writable by anyone: cleared of a run's uid's files after it
+
+
+class SandboxError(RuntimeError):
+    """The harness could not run the learner's script at all (a harness or machine problem)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +75,23 @@ class Limits:
     file_bytes: int = 256 << 20          # largest file a script may write
     cpu_seconds: int = 60
     output_bytes: int = 64 << 10         # kept of each stream: the first and last halves
+    processes: int = 64                  # processes and threads the script may have at once
+    open_files: int = 1024
+
+    def phrase(self, limit: str) -> str:
+        """How a learner is told which limit their script hit."""
+        return {"memory": f"the {_size(self.memory_bytes)} memory limit",
+                "cpu": f"the {self.cpu_seconds} s CPU time limit",
+                "file size": f"the {_size(self.file_bytes)} file size limit",
+                "processes": f"the limit of {self.processes} processes"}[limit]
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
 
 
 class CappedBuffer:
@@ -71,57 +129,274 @@ class ScriptResult:
     stdout: str
     stderr: str
     seconds: float
+    limit: str | None = None    # the resource limit it hit, as a learner reads it ("the 1 GiB memory limit")
+    peak_processes: int | None = None
 
     @property
     def crashed(self) -> bool:
         return self.stopped is None and self.returncode not in (0, None)
 
     def describe(self) -> str:
+        if self.limit and (self.crashed or self.stopped == "timeout"):
+            text = f"{self.script} was stopped: it exceeded {self.limit}"
+            if self.stopped == "timeout":
+                text += f", and was still running after {self.seconds:.0f} s"
+            return text
         if self.stopped == "timeout":
-            return f"{self.script} was still running after {self.seconds:.0f} s and was stopped"
-        if self.stopped == "settled":
-            return f"{self.script} kept running after its work was done and was stopped (that is fine)"
-        if self.returncode is not None and self.returncode < 0:
+            text = f"{self.script} was still running after {self.seconds:.0f} s and was stopped"
+        elif self.stopped == "settled":
+            text = (f"{self.script} was stopped once nothing it did changed any more "
+                    f"(a worker that runs forever is fine)")
+        elif self.returncode is not None and self.returncode < 0:
             name = signal.Signals(-self.returncode).name if -self.returncode in signal.Signals._value2member_map_ else self.returncode
-            return f"{self.script} was killed by {name}"
-        return f"{self.script} exited with status {self.returncode}"
+            text = f"{self.script} was killed by {name}"
+        else:
+            text = f"{self.script} exited with status {self.returncode}"
+        return text + (f"; it reached {self.limit} on the way" if self.limit else "")
 
     def stderr_tail(self, lines: int = 12) -> str:
         tail = self.stderr.strip().splitlines()[-lines:]
         return "\n".join(tail)
 
 
-class Sandbox:
-    """A temporary copy of a submission, removed on exit, where scripts run."""
+# --------------------------------------------------------------------------------------------------
+# What containment this machine allows (measured once per harness process)
 
-    def __init__(self, submission: Path, limits: Limits = Limits()):
+@dataclass(frozen=True)
+class Containment:
+    """How learner scripts are contained here. `containment()` measures it; tests may force a weaker one."""
+    unprivileged_uid: bool = False    # root: run each script as a fresh uid (needs the probe to pass)
+    cgroups: tuple[str, ...] = ()     # parent directories under which a pids cgroup per run is made
+    notes: tuple[str, ...] = ()       # why something is not used (shown by `describe`)
+
+    def describe(self) -> str:
+        parts = ["supervisor with subreaper (kills every descendant)"]
+        if self.unprivileged_uid:
+            parts.append("a fresh unprivileged uid per run (RLIMIT_NPROC, kill by uid)")
+        else:
+            if os.geteuid() == 0:
+                parts.append("root without capabilities")
+            else:
+                parts.append("this user's own uid (RLIMIT_NPROC above the tasks it runs)")
+            if self.cgroups:
+                parts.append(f"a pids cgroup per run under {', '.join(self.cgroups)}")
+            elif os.geteuid() == 0:
+                parts.append("no cgroup: the supervisor counts processes")
+        return "; ".join(parts) + "".join(f"\n  note: {n}" for n in self.notes)
+
+
+_detected: Containment | None = None
+_detect_lock = threading.Lock()
+
+
+def containment() -> Containment:
+    """The strongest containment that works on this machine, measured on first use."""
+    global _detected
+    with _detect_lock:
+        if _detected is None:
+            _detected = _detect()
+        return _detected
+
+
+def _detect() -> Containment:
+    if os.geteuid() != 0:
+        return Containment(cgroups=_usable_cgroups(), notes=("not root: scripts run as this user",))
+    notes = []
+    cgroups = _usable_cgroups()
+    if not cgroups:
+        notes.append("no writable pids cgroup: the supervisor counts processes instead")
+    base = Containment(unprivileged_uid=True, cgroups=cgroups)
+    problem = _probe(base)
+    if problem:
+        notes.append(f"an unprivileged uid does not work here ({problem}): scripts run as root "
+                     f"without capabilities")
+        return Containment(cgroups=cgroups, notes=tuple(notes))
+    return Containment(unprivileged_uid=True, cgroups=cgroups, notes=tuple(notes))
+
+
+def _probe(candidate: Containment) -> str:
+    """'' if a learner process runs with `candidate` and imports what the learner site needs."""
+    script = "import sys, redis, time_machine\nprint(sys.version)\n"
+    with tempfile.TemporaryDirectory(prefix="retrylab-probe-") as folder:
+        Path(folder, "probe.py").write_text(script)
+        try:
+            with Sandbox(Path(folder), containment=candidate) as box:
+                result = box.run("probe.py", env={}, timeout=30)
+        except (SandboxError, OSError) as exc:
+            return str(exc)[:200]
+    if result.returncode != 0:
+        return (result.stderr_tail(1) or result.describe())[:200]
+    if result.stdout.strip() != sys.version:
+        return f"the interpreter runs as Python {result.stdout.strip()[:40]!r}"
+    return ""
+
+
+def _mounts(kind: str) -> list[tuple[str, str]]:
+    """(mount point, options) of each filesystem of type `kind`."""
+    found = []
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 4 and fields[2] == kind:
+                    found.append((fields[1].replace("\\040", " "), fields[3]))
+    except OSError:
+        pass
+    return found
+
+
+def _own_cgroups() -> dict[str, str]:
+    """hierarchy ('' for v2, else the controllers) -> this process's cgroup path in it."""
+    own = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                own[controllers] = path
+    except (OSError, ValueError):
+        pass
+    return own
+
+
+def _usable_cgroups() -> tuple[str, ...]:
+    """Directories where a per-run cgroup with a pids.max can be made: v2 if it offers the pids
+    controller, else v1's pids hierarchy. Tried once, for real."""
+    own = _own_cgroups()
+    candidates = []
+    for mount, _ in _mounts("cgroup2"):
+        if "" in own:
+            candidates.append(os.path.join(mount, own[""].lstrip("/")))
+    for mount, options in _mounts("cgroup"):
+        for controllers, path in own.items():
+            if "pids" in controllers.split(",") and "pids" in options.split(","):
+                candidates.append(os.path.join(mount, path.lstrip("/")))
+    for parent in candidates:
+        probe = os.path.join(parent, f"retrylab-probe-{os.getpid()}-{secrets.token_hex(3)}")
+        try:
+            os.mkdir(probe)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(probe, "pids.max"), "w") as f:
+                f.write("10")
+            return (parent,)
+        except OSError:
+            continue
+        finally:
+            _remove_cgroup(probe)
+    return ()
+
+
+def _remove_cgroup(path: str) -> None:
+    for _ in range(100):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)  # a killed task can take a moment to leave
+
+
+@functools.lru_cache(maxsize=1)
+def _needed_paths() -> frozenset[Path]:
+    """Directories a learner process must reach: the interpreter, its libraries, the harness."""
+    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent,
+             Path(__file__).resolve().parent.parent, SITE_DIR}
+    for entry in [*site.getsitepackages(), *sys.path]:
+        if entry and os.path.isdir(entry):
+            paths.add(Path(entry))
+    return frozenset(p.resolve() for p in paths if p.exists())
+
+
+def _exposures(paths) -> list[tuple[str, list[str]]]:
+    """For each directory others cannot enter on the way to a needed path (e.g. /root, mode 0700):
+    that directory and the needed paths below it, to be bind-mounted onto a tmpfs laid over it."""
+    groups: dict[Path, set[Path]] = {}
+    for path in paths:
+        for ancestor in reversed(path.parents):  # from / down
+            if ancestor == Path("/"):
+                continue
+            try:
+                mode = ancestor.stat().st_mode
+            except OSError:
+                break
+            if not mode & stat.S_IXOTH:
+                groups.setdefault(ancestor, set()).add(path)
+                break
+    result = []
+    for blocker, below in sorted(groups.items()):
+        kept = sorted(p for p in below if not any(q != p and q in p.parents for q in below))
+        result.append((str(blocker), [str(p) for p in kept]))
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# The sandbox
+
+class Sandbox:
+    """A temporary copy of a submission, removed on exit, where scripts run contained."""
+
+    def __init__(self, submission: Path, limits: Limits = Limits(), containment: Containment | None = None):
         self.submission = Path(submission)
         self.limits = limits
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._containment = containment
         self.root: Path | None = None
+        self.uid: int | None = None
+        self.gid: int | None = None
+
+    @property
+    def containment(self) -> Containment:
+        if self._containment is None:
+            self._containment = containment()
+        return self._containment
 
     def __enter__(self) -> "Sandbox":
-        self._tmp = tempfile.TemporaryDirectory(prefix="retrylab-run-")
-        self.root = Path(self._tmp.name)
-        self.workdir = self.root / "submission"
-        self.home = self.root / "home"
-        self.home.mkdir()
-        # symlinks stay links: a link to a harness file must not be copied in as the file itself
-        shutil.copytree(self.submission, self.workdir, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        contained = self.containment
+        self.root = Path(tempfile.mkdtemp(prefix="retrylab-run-"))
+        try:
+            os.chmod(self.root, 0o711)  # the learner's uid may enter, not list
+            self.workdir = self.root / "submission"
+            self.home = self.root / "home"
+            self.tmp = self.root / "tmp"
+            self.logs = self.root / "log"  # the harness's: the learner may write its files, not replace them
+            # symlinks stay links: a link to a harness file must not be copied in as the file itself
+            shutil.copytree(self.submission, self.workdir, symlinks=True, copy_function=_copy_regular,
+                            ignore=shutil.ignore_patterns("__pycache__", ".git"))
+            for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755)):
+                folder.mkdir(mode=mode)
+            if contained.unprivileged_uid:
+                self.uid = self.gid = random.randrange(*_UID_RANGE)
+                for folder in (self.workdir, self.home, self.tmp):
+                    _chown_tree(folder, self.uid, self.gid)
+        except BaseException:
+            _remove_tree(self.root)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        _remove_tree(self.root)
+        if self.uid is not None:  # what the run's own uid left in the shared scratch folders goes too
+            for folder in _SCRATCH:
+                _remove_owned(folder, self.uid)
 
     def has(self, script: str) -> bool:
         return (self.workdir / script).is_file()
+
+    def log_file(self, name: str) -> Path:
+        """A file the learner's processes may write (e.g. the call log), in a folder they cannot
+        change: they cannot swap it for a FIFO or a link that would hang or mislead the harness."""
+        path = self.logs / name
+        path.touch(mode=0o644)
+        if self.uid is not None:
+            os.chown(path, self.uid, self.gid)
+        return path
 
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOWLIST or k.startswith("LC_")}
         env.update(HOME=str(self.home), TZ="UTC", PYTHONPATH=str(SITE_DIR),
                    PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
-                   RETRYLAB_SITE_ACTIVE="1")
+                   RETRYLAB_SITE_ACTIVE="1", TMPDIR=str(self.tmp))
         env.setdefault("PATH", os.defpath)
         env.update(extra)
         return env
@@ -129,44 +404,265 @@ class Sandbox:
     def run(self, script: str, *, env: dict[str, str], timeout: float,
             stop_when: Callable[[], bool] | None = None, poll: float = 0.02) -> ScriptResult:
         started = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, script], cwd=self.workdir, env=self.environment(env),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)
-        self._limit(proc.pid)
+        run_id = f"{os.environ.get(RUN_TAG_VARIABLE, 'run')}-{secrets.token_hex(6)}"
+        learner_env = self.environment(env)
+        learner_env[RUN_ID_VARIABLE] = run_id
+        # a uid of its own bounds the processes already (RLIMIT_NPROC); joining a cgroup costs ~15 ms
+        cgroup = None if self.uid is not None else _make_cgroup(self.containment.cgroups, run_id,
+                                                                self.limits.processes)
+        status_r, status_w = os.pipe()
+        config_r, config_w = os.pipe()
+        try:
+            config = self._config(script, learner_env, status_w, [cgroup] if cgroup else [])
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "-c", _SUPERVISOR_CMD, str(config_r)],
+                cwd="/", env={"PATH": learner_env["PATH"]}, pass_fds=(status_w, config_r),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True)
+        except BaseException:
+            os.close(status_r)
+            os.close(config_w)
+            if cgroup:
+                _remove_cgroup(cgroup)
+            raise
+        finally:
+            os.close(status_w)
+            os.close(config_r)
+        try:  # a pipe, not argv: the environment it holds is nobody else's to read in /proc
+            with open(config_w, "wb") as config_pipe:
+                config_pipe.write(marshal.dumps(config))
+        except BrokenPipeError:
+            pass  # the supervisor is gone already; its missing report says so
         out, err = CappedBuffer(self.limits.output_bytes), CappedBuffer(self.limits.output_bytes)
         readers = [_drain(proc.stdout, out), _drain(proc.stderr, err)]
         stopped = None
-        while proc.poll() is None:
-            if time.monotonic() - started > timeout:
-                stopped = "timeout"
-                break
-            if stop_when is not None and stop_when():
-                stopped = "settled"
-                break
-            time.sleep(poll)
-        if stopped:
-            _kill_group(proc)
-        else:
-            _kill_group(proc, grace=0)  # the script exited; anything it left behind goes too
-        for reader in readers:
-            reader.join(timeout=2)
-        return ScriptResult(script=script, returncode=None if stopped else proc.returncode,
-                            stopped=stopped, stdout=out.text(), stderr=err.text(),
-                            seconds=time.monotonic() - started)
-
-    def _limit(self, pid: int) -> None:
-        # Set from the parent right after the fork/exec rather than in preexec_fn, which is unsafe
-        # in a threaded harness; the learner's code cannot run before the interpreter has started.
-        limits = {resource.RLIMIT_AS: self.limits.memory_bytes,
-                  resource.RLIMIT_FSIZE: self.limits.file_bytes,
-                  resource.RLIMIT_CPU: self.limits.cpu_seconds,
-                  resource.RLIMIT_CORE: 0}
-        for which, value in limits.items():
+        try:
             try:
-                resource.prlimit(pid, which, (value, value))
-            except (ProcessLookupError, PermissionError, ValueError):
+                while proc.poll() is None:
+                    if time.monotonic() - started > timeout:
+                        stopped = "timeout"
+                        break
+                    if stop_when is not None and stop_when():
+                        stopped = "settled"
+                        break
+                    # the supervisor's report comes just before it exits: no need to poll for that
+                    if select.select([status_r], [], [], poll)[0]:
+                        break
+            except BaseException:  # interrupted (a step's time limit, Ctrl-C, a failing stop condition)
+                self._stop(proc, STOP_NOW, run_id, cgroup)  # never leave the learner's processes running
+                raise
+            if stopped:
+                self._stop(proc, STOP, run_id, cgroup)
+            else:
+                self._stop(proc, None, run_id, cgroup)  # it exited: the supervisor is clearing up
+            for reader in readers:
+                reader.join(timeout=2)
+            report = _read_report(status_r)
+        finally:
+            os.close(status_r)
+            if cgroup:
+                _remove_cgroup(cgroup)
+        if report.get("error"):
+            raise SandboxError(f"could not run {script}: {report['error']}")
+        returncode = None
+        if not stopped:
+            returncode = report["exit_code"] if report.get("exit_code") is not None else -(report.get("signal") or signal.SIGKILL)
+        stderr = err.text()
+        return ScriptResult(script=script, returncode=returncode, stopped=stopped, stdout=out.text(),
+                            stderr=stderr, seconds=time.monotonic() - started,
+                            limit=self._limit_hit(report, returncode, stopped, stderr),
+                            peak_processes=report.get("peak_processes"))
+
+    def _config(self, script: str, env: dict[str, str], status_fd: int, cgroups: list[str]) -> dict:
+        limits = self.limits
+        rlimits = [(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
+                   (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+                   # SIGXCPU at the soft limit says why; SIGKILL follows if it is ignored
+                   (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 2),
+                   (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+                   (resource.RLIMIT_CORE, 0, 0)]
+        hard_bound = bool(cgroups)
+        if self.uid is not None:
+            rlimits.append((resource.RLIMIT_NPROC, limits.processes, limits.processes))
+            hard_bound = True
+        elif os.geteuid() != 0:  # counts all this user's tasks (threads): leave room for those running
+            budget = _tasks_of_uid(os.geteuid()) + limits.processes
+            rlimits.append((resource.RLIMIT_NPROC, budget, budget))
+            hard_bound = True
+        rlimits = [(which, _within_hard(which, soft), _within_hard(which, hard)) for which, soft, hard in rlimits]
+        expose = []
+        if self.uid is not None:
+            needed = set(_needed_paths()) | {self.root.resolve()}
+            needed |= {Path(v).resolve().parent for v in env.values() if v.startswith("/") and os.path.isfile(v)}
+            expose = _exposures(needed)
+        return {"argv": [sys.executable, script], "cwd": str(self.workdir), "env": env,
+                "rlimits": rlimits, "uid": self.uid, "gid": self.gid, "expose": expose,
+                "cgroups": cgroups, "processes": limits.processes, "watchdog": not hard_bound,
+                "grace": STOP_GRACE, "status_fd": status_fd, "parent": os.getpid()}
+
+    def _stop(self, proc: subprocess.Popen, how: int | None, run_id: str, cgroup: str | None) -> None:
+        """Have the supervisor end the run (`how` = STOP or STOP_NOW; None: it is ending already) and
+        wait for it; if it does not manage, kill it and sweep up here."""
+        if how is not None:
+            try:
+                proc.send_signal(how)
+            except ProcessLookupError:
                 pass
+        try:
+            proc.wait(timeout=STOP_GRACE + _KILL_BUDGET + 2)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        sweep(run_id, cgroup=cgroup, uid=self.uid)
+
+    def _limit_hit(self, report: dict, returncode: int | None, stopped: str | None, stderr: str) -> str | None:
+        """Which resource limit ended the script (or hurt it), from how it ended and its last words."""
+        limits = self.limits
+        if report.get("over_process_limit"):
+            return limits.phrase("processes")
+        if returncode == 0 and not stopped:
+            return None
+        sig = report.get("signal")
+        tail = stderr[-4000:]
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and (report.get("cpu") or 0) >= limits.cpu_seconds):
+            return limits.phrase("cpu")
+        if sig == signal.SIGXFSZ or "File too large" in tail:
+            return limits.phrase("file size")
+        if "MemoryError" in tail or "Cannot allocate memory" in tail:
+            return limits.phrase("memory")
+        if "Resource temporarily unavailable" in tail or "can't start new thread" in tail:
+            return limits.phrase("processes")  # fork or thread creation refused (EAGAIN)
+        return None
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """How many tasks (threads) `uid` runs: what RLIMIT_NPROC counts."""
+    total = 0
+    for pid in processes_of_uid(uid):
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith(b"Threads:")), 1)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _within_hard(which: int, value: int) -> int:
+    """Never above the harness's own hard limit (raising it needs privileges we may not have)."""
+    _, hard = resource.getrlimit(which)
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+def _make_cgroup(parents: tuple[str, ...], run_id: str, processes: int) -> str | None:
+    for parent in parents:
+        path = os.path.join(parent, f"retrylab-{run_id}")
+        try:
+            os.mkdir(path)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(path, "pids.max"), "w") as f:
+                f.write(str(processes))
+            return path
+        except OSError:
+            _remove_cgroup(path)
+    return None
+
+
+def _read_report(fd: int) -> dict:
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    try:
+        report = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        report = None
+    if not isinstance(report, dict):
+        return {"error": None, "signal": signal.SIGKILL, "clean": False}  # the supervisor was killed
+    return report
+
+
+def find_processes(marker: str) -> list[int]:
+    """Processes whose environment contains `marker` (e.g. a run id or a test's run tag)."""
+    needle = marker.encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def sweep(run_id: str, *, cgroup: str | None = None, uid: int | None = None) -> None:
+    """Kill what a run left behind, from the harness (used only if its supervisor failed)."""
+    for _ in range(50):
+        victims = set(find_processes(f"{RUN_ID_VARIABLE}={run_id}")) | _cgroup_members([cgroup] if cgroup else [])
+        if uid is not None:
+            victims |= set(processes_of_uid(uid))
+        if not victims:
+            return
+        _kill(victims, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _copy_regular(src: str, dst: str) -> None:
+    """Copy regular files only: a FIFO or a device in a submission would block or leak the copy."""
+    if stat.S_ISREG(os.lstat(src).st_mode):
+        shutil.copy2(src, dst)
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+
+
+def _remove_tree(top: Path | None) -> None:
+    """Remove a run's folder whatever the script did to it (read-only files, chmod 000 folders)."""
+    if top is None or not os.path.lexists(top):
+        return
+    shutil.rmtree(top, ignore_errors=True)
+    if not os.path.lexists(top):
+        return
+    stack = [str(top)]  # make every folder ours to list and change again, then remove once more
+    while stack:
+        folder = stack.pop()
+        try:
+            os.chmod(folder, 0o700)
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _remove_owned(folder: str, uid: int) -> None:
+    """Remove the entries of `folder` (not below) that belong to `uid`."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(Path(entry.path))
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
 
 
 def _drain(stream, buffer: CappedBuffer) -> threading.Thread:
@@ -178,21 +674,3 @@ def _drain(stream, buffer: CappedBuffer) -> threading.Thread:
     thread = threading.Thread(target=pump, daemon=True)
     thread.start()
     return thread
-
-
-def _kill_group(proc: subprocess.Popen, grace: float = 0.5) -> None:
-    """SIGTERM the script's process group, then SIGKILL whatever is left after `grace` seconds."""
-    if grace:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()

@@ -1,7 +1,12 @@
 """Shared fixtures for the harness's own tests."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The CLI picks its language from the locale; the tests read English messages whatever the machine's is.
+os.environ["LANGUAGE"] = "en"
 
 from retrylab.backends import RedisServerProcess
 

@@ -1,6 +1,7 @@
 """A built wheel carries everything `retrylab check` needs outside the source tree."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,12 +15,17 @@ NEEDED = [
     "retrylab/checks/backoff_dlq/exercise.toml",
     "retrylab/solution/worker.py",
     "retrylab/solution/schedule.txt",
+    "retrylab/locales/fa.toml",
+    "retrylab/checks/backoff_dlq/locales/fa.toml",
 ]
 
 
 def test_wheel_ships_the_learner_site_checks_fixtures_and_solution(tmp_path):
-    root = corpus.FIXTURES.parent
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "--no-build-isolation",
+    # build from a copy: setuptools writes build/ and *.egg-info next to the sources
+    source = tmp_path / "source"
+    shutil.copytree(corpus.FIXTURES.parent, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", ".venv*", ".tox", "__pycache__", ".hypothesis", ".pytest_cache"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp_path)], check=True, capture_output=True, timeout=300)
     wheel = next(tmp_path.glob("retrylab-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -78,12 +78,12 @@ def test_memory_limit_stops_a_runaway_allocation(tmp_path):
 
 
 def test_processes_left_behind_in_the_group_are_killed(tmp_path):
-    marker = tmp_path / "pid"
-    folder = _submission(tmp_path, forker=f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\nopen({str(marker)!r}, 'w').write(str(p.pid))\n")
+    # the pid comes back on stdout: as root the script runs as another uid, which cannot write here
+    folder = _submission(tmp_path, forker="import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\nprint(p.pid)\n")
     with Sandbox(folder) as box:
         result = box.run("forker.py", env={}, timeout=20)
     assert result.returncode == 0, result.stderr
-    pid = int(marker.read_text())
+    pid = int(result.stdout)
     try:
         os.kill(pid, 0)
         state = Path(f"/proc/{pid}/stat").read_text().split()[2]

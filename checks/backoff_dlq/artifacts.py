@@ -36,8 +36,10 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
+from retrylab import i18n
+
 from . import messages
-from .messages import MAX_PROBLEM, shorten
+from .messages import MAX_PROBLEM, shorten, tr
 
 __all__ = [
     "CAPPED_WAITS",
@@ -50,6 +52,7 @@ __all__ = [
     "parse_jitter",
     "parse_schedule",
     "requeue_out_shows_attempts",
+    "waits_by_line",
 ]
 
 SCHEDULE_WAITS = (1, 2, 4, 8, 16, 32)  # 1 s * 2**n, n = 0..5
@@ -73,20 +76,21 @@ class Parsed:
     ok: bool
     values: tuple[float, ...] = ()
     problem: str = ""  # "" if ok; else one sentence for the learner, at most MAX_PROBLEM chars
+    line: int | None = None  # the 1-based line the problem is on, when it is about one line
 
 
 class _Reject(Exception):
-    """Internal: carries the learner-facing problem out of the nested checks."""
+    """Internal: carries the learner-facing problem out of the nested checks: the message ``key``
+    of this exercise's catalog in the current language, and the line it is about (``lineno``)."""
 
-    def __init__(self, problem: str):
-        super().__init__(problem)
-        self.problem = problem
+    def __init__(self, key: str, /, **params):
+        self.problem = tr(key, **params)
+        self.line = params.get("lineno")
+        super().__init__(self.problem)
 
 
 def _bound(problem: str) -> str:
-    if len(problem) <= MAX_PROBLEM:
-        return problem
-    return problem[: MAX_PROBLEM - 1] + _ELLIPSIS
+    return i18n.bounded(problem, MAX_PROBLEM, _ELLIPSIS)
 
 
 def _parser(name: str):
@@ -98,13 +102,13 @@ def _parser(name: str):
             try:
                 return fn(*args, **kwargs)
             except _Reject as rejected:
-                return Parsed(False, (), _bound(rejected.problem))
+                # A problem about one line names it ("line <n> of <file>"): that is where it points.
+                return Parsed(False, (), _bound(rejected.problem), rejected.line)
             except Exception as exc:  # noqa: BLE001 - a grader must not show a traceback
                 if messages._RAISE_INTERNAL_ERRORS:
                     raise
-                return Parsed(False, (), _bound(
-                    f"the grader could not read {name} (internal error {type(exc).__name__});"
-                    " this is a bug in the grader, not in your file"))
+                return Parsed(False, (), _bound(tr("files.internal_error", name=name,
+                                                   error=type(exc).__name__)))
 
         return wrapper
 
@@ -121,31 +125,29 @@ _NONBLANK = re.compile(r"\S[^\n]*")  # from a line's first non-space character t
 def _file_text(name: str, data, wanted: str) -> str:
     """The file's text with line endings normalised to LF, or _Reject."""
     if data is None:
-        raise _Reject(f"{name} is missing from your submission: create it with {wanted}")
+        raise _Reject("files.missing", name=name, wanted=wanted)
     if isinstance(data, str):
         text = data
     elif isinstance(data, (bytes, bytearray, memoryview)):
         raw = data.tobytes() if isinstance(data, memoryview) else bytes(data)
         if not raw:
-            raise _Reject(f"{name} is empty: expected {wanted}")
+            raise _Reject("files.empty", name=name, wanted=wanted)
         if raw.startswith(_UTF16_BOMS):
-            raise _Reject(f"{name} is UTF-16 text: save it as plain UTF-8 text with {wanted}")
+            raise _Reject("files.utf16", name=name, wanted=wanted)
         nul = raw.find(b"\x00")
         if nul >= 0:
-            raise _Reject(f"{name} is not a text file (it has a NUL byte at offset {nul}):"
-                          f" expected {wanted}")
+            raise _Reject("files.nul_byte", name=name, offset=nul, wanted=wanted)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _Reject(f"{name} is not a text file (byte 0x{raw[exc.start]:02x} at offset"
-                          f" {exc.start} is not UTF-8): expected {wanted}") from None
+            raise _Reject("files.not_utf8", name=name, byte=raw[exc.start], offset=exc.start,
+                          wanted=wanted) from None
     else:
-        raise _Reject(f"{name} could not be read as a file (got {type(data).__name__}):"
-                      f" expected {wanted}")
+        raise _Reject("files.unreadable", name=name, type=type(data).__name__, wanted=wanted)
     if not text:
-        raise _Reject(f"{name} is empty: expected {wanted}")
+        raise _Reject("files.empty", name=name, wanted=wanted)
     if "\x00" in text:
-        raise _Reject(f"{name} is not a text file (it has a NUL character): expected {wanted}")
+        raise _Reject("files.nul_char", name=name, wanted=wanted)
     if text.startswith("\ufeff"):
         text = text[1:]
     if "\r" in text:
@@ -169,7 +171,7 @@ def _take(lines: Iterator[tuple[int, str]], wanted_count: int) -> tuple[list[tup
     rest = sum(1 for _ in itertools.islice(lines, _COUNT_CAP))
     total = len(head) + rest
     if next(lines, None) is not None:
-        return head, f"more than {total}"
+        return head, tr("files.more_than", count=total)
     return head, str(total)
 
 
@@ -179,8 +181,8 @@ def _quote(line: str) -> str:
 
 def _check_length(name: str, lineno: int, line: str, form: str) -> None:
     if len(line) > _MAX_LINE_CHARS:
-        raise _Reject(f"line {lineno} of {name} is {len(line)} characters long"
-                      f" ('{shorten(line, 60)}'): expected {form}")
+        raise _Reject("files.too_long", lineno=lineno, name=name, length=len(line),
+                      text=shorten(line, 60), form=form)
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,71 +208,69 @@ def _number(token: str) -> tuple[float | None, str]:
         value = float(token)
         if math.isfinite(value):
             return value, ""
-        return None, "is not a finite number"
+        return None, tr("files.why.not_finite")
     if _NONFINITE.fullmatch(token):
-        return None, "is not a finite number"
+        return None, tr("files.why.not_finite")
     if _WITH_UNIT.fullmatch(token):
-        return None, "has a unit: write the number of seconds alone, `4` rather than `4s`"
+        return None, tr("files.why.has_unit")
     if _DECIMAL_COMMA.fullmatch(token):
-        return None, "uses a decimal comma: write a dot, `2.5` rather than `2,5`"
-    return None, "is not a number"
+        return None, tr("files.why.decimal_comma")
+    return None, tr("files.why.not_number")
 
 
 def _keyed_hint(line: str) -> str:
     """Why a line is not `attempt=<n> wait=<s>`, as a clause starting with '; ', or ''."""
     if _KEYED_ANY_CASE.fullmatch(line):
-        return "; write the keys in lower case"
+        return tr("files.keyed.lower_case")
     if line[:1] in "{[":
-        return "; it looks like JSON"
+        return tr("files.keyed.json")
     if _PLURAL_KEY.match(line):
-        return "; write `attempt=`, not `attempts=`"
+        return tr("files.keyed.plural_key")
     if _COLON_KEY.search(line):
-        return "; write `=` after each key, not `:`"
+        return tr("files.keyed.colon")
     if "," in line or ";" in line:
-        return "; write one attempt per line, with no commas"
+        return tr("files.keyed.commas")
     has_attempt, has_wait = "attempt" in line, "wait" in line
     if not has_attempt and not has_wait:
-        return "; the `attempt=` and `wait=` keys are missing"
+        return tr("files.keyed.no_keys")
     if not has_attempt:
-        return "; the `attempt=` key is missing"
+        return tr("files.keyed.no_attempt")
     if not has_wait:
-        return "; the `wait=` key is missing"
+        return tr("files.keyed.no_wait")
     return ""
 
 
 def _parse_keyed(name: str, lineno: int, line: str) -> tuple[int, str, float]:
     """(attempt number, wait as written, wait) of an `attempt=<n> wait=<s>` line, or _Reject."""
-    _check_length(name, lineno, line, f"a short line {_KEYED_FORM}")
+    _check_length(name, lineno, line, tr("files.short_keyed_line", form=_KEYED_FORM))
     match = _KEYED.fullmatch(line)
     if match is None:
-        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected {_KEYED_FORM},"
-                      f" e.g. `attempt=2 wait=4`{_keyed_hint(line)}")
+        raise _Reject("files.not_keyed", lineno=lineno, name=name, quote=_quote(line),
+                      form=_KEYED_FORM, hint=_keyed_hint(line))
     attempt_text, wait_text = match["n"], match["w"]
     if not _INTEGER.fullmatch(attempt_text):
-        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected {_KEYED_FORM} with"
-                      f" a whole attempt number, not '{shorten(attempt_text, 24)}'")
+        raise _Reject("files.attempt_not_whole", lineno=lineno, name=name, quote=_quote(line),
+                      form=_KEYED_FORM, attempt=shorten(attempt_text, 24))
     wait, why = _number(wait_text)
     if wait is None:
-        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected {_KEYED_FORM} with a"
-                      f" number of seconds, but the wait '{shorten(wait_text, 24)}' {why}")
+        raise _Reject("files.wait_not_number", lineno=lineno, name=name, quote=_quote(line),
+                      form=_KEYED_FORM, wait=shorten(wait_text, 24), why=why)
     return int(attempt_text), wait_text, wait
 
 
 def _parse_bare(name: str, lineno: int, line: str) -> tuple[str, float]:
     """(number as written, value) of a line holding one number, or _Reject."""
     if len(line) > _MAX_LINE_CHARS and _NUMBERS_RUN.match(line, 0, _MAX_LINE_CHARS):
-        raise _Reject(f"line {lineno} of {name} holds several numbers ('{shorten(line, 60)}'):"
-                      " put one number per line")
-    _check_length(name, lineno, line, "one short number per line")
+        raise _Reject("files.several_numbers", lineno=lineno, name=name, text=shorten(line, 60))
+    _check_length(name, lineno, line, tr("files.one_short_number"))
     value, why = _number(line)
     if value is None:
         if _KEYED.fullmatch(line) or "=" in line or ":" in line:
-            why = "has a key: write the number of seconds alone"
+            why = tr("files.why.has_key")
         elif (not _DECIMAL_COMMA.fullmatch(line) and _SEVERAL.fullmatch(line)
               and all(_NUMBER.fullmatch(t) for t in re.split(r"[\s,;]+", line))):
-            why = "holds several numbers: put one per line"
-        raise _Reject(f"line {lineno} of {name} is {_quote(line)}: expected one number of seconds"
-                      f" per line, but it {why}")
+            why = tr("files.why.several")
+        raise _Reject("files.not_bare", lineno=lineno, name=name, quote=_quote(line), why=why)
     return line, value
 
 
@@ -278,8 +278,9 @@ def _parse_bare(name: str, lineno: int, line: str) -> tuple[str, float]:
 # shared checks of keyed rows and values
 
 
-def _count_problem(name: str, wanted: str, found: str) -> str:
-    return f"{name} should have {wanted}, found {found} non-blank line{'' if found == '1' else 's'}"
+def _count_problem(name: str, wanted: str, found: str) -> _Reject:
+    count = int(found) if found.isdigit() else None  # None ("more than N"): the plural form
+    return _Reject("files.count", name=name, wanted=wanted, found=found, count=count)
 
 
 def _check_numbering(name: str, rows: list[tuple[int, int]]) -> None:
@@ -287,13 +288,11 @@ def _check_numbering(name: str, rows: list[tuple[int, int]]) -> None:
     attempts = [attempt for _, attempt in rows]
     last = len(rows) - 1
     if attempts == list(range(1, len(rows) + 1)):
-        raise _Reject(f"{name} numbers the attempts 1..{len(rows)}, but the lab counts them from 0:"
-                      f" expected attempt=0 .. attempt={last}, the first attempt being attempt=0")
+        raise _Reject("files.from_one", name=name, count=len(rows), last=last)
     for expected, (lineno, attempt) in enumerate(rows):
         if attempt != expected:
-            raise _Reject(f"line {lineno} of {name} has attempt={shorten(str(attempt), 24)} where"
-                          f" attempt={expected} is expected: list attempts 0..{last} in order,"
-                          " one per line")
+            raise _Reject("files.out_of_order", lineno=lineno, name=name,
+                          attempt=shorten(str(attempt), 24), expected=expected, last=last)
 
 
 def _same(a: float, b: float) -> bool:
@@ -305,48 +304,50 @@ def _check_values(name: str, rows: list[tuple[int, str, float]], expected: tuple
     """rows: (line number, wait as written, wait); the first wrong wait is reported."""
     values = [value for _, _, value in rows]
     if all(_same(v, e * 1000) for v, e in zip(values, expected)):
-        raise _Reject(f"the waits in {name} look like milliseconds ({rows[0][1]}, {rows[1][1]},"
-                      f" ...): write seconds, expected {' '.join(map(str, expected))}")
+        raise _Reject("files.milliseconds", name=name, first=rows[0][1], second=rows[1][1],
+                      expected=" ".join(map(str, expected)))
     for attempt, ((lineno, text, value), want) in enumerate(zip(rows, expected)):
         if not _same(value, want):
             why = ""
             if value < 0:
-                why = ": a wait cannot be negative"
+                why = tr("files.why_negative")
             elif cap is not None and value > cap:
-                why = f": the cap of {cap:g} s is not applied"
-            raise _Reject(f"line {lineno} of {name} (attempt={attempt}): wait is"
-                          f" {shorten(text, 24)}, expected {want} ({formula(attempt)}){why}")
+                why = tr("files.why_no_cap", cap=cap)
+            raise _Reject("files.wrong_wait", lineno=lineno, name=name, attempt=attempt,
+                          wait=shorten(text, 24), want=want, formula=formula(attempt), why=why)
 
 
 # --------------------------------------------------------------------------------------------
 # the parsers
 
-_SCHEDULE_WANTED = f"6 lines {_KEYED_FORM} for attempts 0..5"
+def _schedule_wanted() -> str:
+    return tr("files.schedule.wanted", form=_KEYED_FORM)
 
 
 @_parser("schedule.txt")
 def parse_schedule(data: bytes | None) -> Parsed:
     """schedule.txt: 6 lines `attempt=<n> wait=<s>`, n = 0..5 in order, waits 1 2 4 8 16 32."""
     name = "schedule.txt"
-    text = _file_text(name, data, _SCHEDULE_WANTED)
+    text = _file_text(name, data, _schedule_wanted())
     head, found = _take(_nonblank_lines(text), len(SCHEDULE_WAITS))
     if found == "0":
-        raise _Reject(f"{name} is empty (it has only blank lines): expected {_SCHEDULE_WANTED}")
+        raise _Reject("files.only_blank", name=name, wanted=_schedule_wanted())
     rows = [(lineno, *_parse_keyed(name, lineno, line)) for lineno, line in head]
     if found != str(len(SCHEDULE_WAITS)):
-        raise _Reject(_count_problem(name, _SCHEDULE_WANTED, found))
+        raise _count_problem(name, _schedule_wanted(), found)
     _check_numbering(name, [(lineno, attempt) for lineno, attempt, _, _ in rows])
     waits = [(lineno, text_, value) for lineno, _, text_, value in rows]
     values = [value for _, _, value in waits]
     if all(_same(v, 2 ** (n + 1)) for n, v in enumerate(values)):
-        raise _Reject(f"the waits in {name} are 2 4 8 16 32 64, those of the next attempt:"
-                      " the wait for attempt n is 1 s * 2**n, so attempt=0 waits 1")
+        raise _Reject("files.schedule.doubled", name=name)
     _check_values(name, waits, SCHEDULE_WAITS, lambda n: f"1 s * 2**{n}")
     return Parsed(True, tuple(values), "")
 
 
-_JITTER_WANTED = (f"{JITTER_COUNT} full-jitter waits for attempt 3, one number per line, each in"
-                  f" [0, {JITTER_MAX}]")
+def _jitter_wanted() -> str:
+    return tr("files.jitter.wanted", count=JITTER_COUNT, max=JITTER_MAX)
+
+
 _JITTER_DRAW = f"random.uniform(0, min(cap, 1 s * 2**3)) = random.uniform(0, {JITTER_MAX})"
 
 
@@ -354,39 +355,37 @@ _JITTER_DRAW = f"random.uniform(0, min(cap, 1 s * 2**3)) = random.uniform(0, {JI
 def parse_jitter(data: bytes | None) -> Parsed:
     """jitter.txt: exactly 20 finite numbers in [0, 8], one per line, at least 15 distinct."""
     name = "jitter.txt"
-    text = _file_text(name, data, _JITTER_WANTED)
+    text = _file_text(name, data, _jitter_wanted())
     head, found = _take(_nonblank_lines(text), JITTER_COUNT)
     if found == "0":
-        raise _Reject(f"{name} is empty (it has only blank lines): expected {_JITTER_WANTED}")
+        raise _Reject("files.only_blank", name=name, wanted=_jitter_wanted())
     values: list[float] = []
     for lineno, line in head:
         written, value = _parse_bare(name, lineno, line)
         if value < 0:
-            raise _Reject(f"line {lineno} of {name} is {_quote(written)}: a wait cannot be negative;"
-                          f" full jitter draws from [0, {JITTER_MAX}] with {_JITTER_DRAW}")
+            raise _Reject("files.jitter.negative", lineno=lineno, name=name, quote=_quote(written),
+                          max=JITTER_MAX, draw=_JITTER_DRAW)
         if value > JITTER_MAX:
-            raise _Reject(f"line {lineno} of {name} is {_quote(written)}, above {JITTER_MAX}: full"
-                          f" jitter for attempt 3 draws from [0, {JITTER_MAX}] with {_JITTER_DRAW}")
+            raise _Reject("files.jitter.above", lineno=lineno, name=name, quote=_quote(written),
+                          max=JITTER_MAX, draw=_JITTER_DRAW)
         values.append(value)
     if found != str(JITTER_COUNT):
-        raise _Reject(_count_problem(name, _JITTER_WANTED, found))
+        raise _count_problem(name, _jitter_wanted(), found)
     distinct = len(set(values))
     if distinct == 1:
-        raise _Reject(f"all {JITTER_COUNT} waits in {name} are {_quote(head[0][1])}: full jitter"
-                      f" draws a new random wait each time with {_JITTER_DRAW}, so at least"
-                      f" {JITTER_MIN_DISTINCT} must differ")
+        raise _Reject("files.jitter.constant", count=JITTER_COUNT, name=name, quote=_quote(head[0][1]),
+                      draw=_JITTER_DRAW, distinct=JITTER_MIN_DISTINCT)
     if distinct < JITTER_MIN_DISTINCT:
         if all(v.is_integer() for v in values):
-            raise _Reject(f"{name} has only {distinct} distinct values among its {JITTER_COUNT}"
-                          f" waits, all whole numbers: draw with {_JITTER_DRAW}, not randint, so"
-                          f" that at least {JITTER_MIN_DISTINCT} differ")
-        raise _Reject(f"{name} has only {distinct} distinct values among its {JITTER_COUNT} waits,"
-                      f" at least {JITTER_MIN_DISTINCT} are required: draw each with"
-                      f" {_JITTER_DRAW} and keep its decimals")
+            raise _Reject("files.jitter.integers", name=name, distinct=distinct, count=JITTER_COUNT,
+                          draw=_JITTER_DRAW, minimum=JITTER_MIN_DISTINCT)
+        raise _Reject("files.jitter.few_distinct", name=name, distinct=distinct, count=JITTER_COUNT,
+                      minimum=JITTER_MIN_DISTINCT, draw=_JITTER_DRAW)
     return Parsed(True, tuple(values), "")
 
 
-_CAPPED_WANTED = (f"9 lines for attempts 0..8, bare numbers or {_KEYED_FORM}, with a {CAP} s cap")
+def _capped_wanted() -> str:
+    return tr("files.capped.wanted", form=_KEYED_FORM, cap=CAP)
 
 
 def _looks_keyed(line: str) -> bool:
@@ -398,10 +397,10 @@ def parse_capped(data: bytes | None) -> Parsed:
     """capped.txt: attempts 0..8 as 9 bare numbers or 9 `attempt=<n> wait=<s>` lines,
     with the waits 1 2 4 8 16 30 30 30 30."""
     name = "capped.txt"
-    text = _file_text(name, data, _CAPPED_WANTED)
+    text = _file_text(name, data, _capped_wanted())
     head, found = _take(_nonblank_lines(text), len(CAPPED_WAITS))
     if found == "0":
-        raise _Reject(f"{name} is empty (it has only blank lines): expected {_CAPPED_WANTED}")
+        raise _Reject("files.only_blank", name=name, wanted=_capped_wanted())
     first_lineno, first_line = head[0]
     keyed = _looks_keyed(first_line)
     numbered: list[tuple[int, int]] = []
@@ -409,9 +408,10 @@ def parse_capped(data: bytes | None) -> Parsed:
     for lineno, line in head:
         mixed = _NUMBER.fullmatch(line) if keyed else _KEYED.fullmatch(line)
         if mixed:
-            one, other = (_KEYED_FORM, "a bare number") if keyed else ("a bare number", _KEYED_FORM)
-            raise _Reject(f"line {lineno} of {name} is {_quote(line)}, {other}, but line"
-                          f" {first_lineno} is {one}: use one form for all lines")
+            bare = tr("files.capped.bare_number")
+            one, other = (_KEYED_FORM, bare) if keyed else (bare, _KEYED_FORM)
+            raise _Reject("files.capped.mixed", lineno=lineno, name=name, quote=_quote(line),
+                          other=other, first=first_lineno, one=one)
         if keyed:
             attempt, written, value = _parse_keyed(name, lineno, line)
             numbered.append((lineno, attempt))
@@ -419,14 +419,13 @@ def parse_capped(data: bytes | None) -> Parsed:
             written, value = _parse_bare(name, lineno, line)
         waits.append((lineno, written, value))
     if found != str(len(CAPPED_WAITS)):
-        raise _Reject(_count_problem(name, _CAPPED_WANTED, found))
+        raise _count_problem(name, _capped_wanted(), found)
     if keyed:
         _check_numbering(name, numbered)
     values = [value for _, _, value in waits]
     if all(_same(v, CAP) for v in values):
-        raise _Reject(f"every wait in {name} is {CAP}, but the cap only limits the waits that would"
-                      f" exceed {CAP} s: expected {' '.join(map(str, CAPPED_WAITS))}"
-                      f" (min({CAP}, 1 s * 2**n))")
+        raise _Reject("files.capped.thirty_everywhere", name=name, cap=CAP,
+                      expected=" ".join(map(str, CAPPED_WAITS)))
     _check_values(name, waits, CAPPED_WAITS, lambda n: f"min({CAP}, 1 s * 2**{n})", cap=CAP)
     return Parsed(True, tuple(values), "")
 
@@ -472,18 +471,17 @@ def requeue_out_shows_attempts(data: bytes | None, n: int = 2) -> Parsed:
         n = int(n)
     except Exception:  # noqa: BLE001
         n = 2
-    wanted = f"the requeued message's attempt count, e.g. `attempts={n}`"
+    wanted = tr("files.requeue.wanted", n=n)
     if data is None:
-        raise _Reject(f"{name} is missing from your submission: save the worker's output showing"
-                      f" {wanted}")
+        raise _Reject("files.requeue.missing", name=name, wanted=wanted)
     if isinstance(data, str):
         raw = data.encode("utf-8", "replace")
     elif isinstance(data, (bytes, bytearray, memoryview)):
         raw = data.tobytes() if isinstance(data, memoryview) else bytes(data)
     else:
-        raise _Reject(f"{name} could not be read as a file (got {type(data).__name__})")
+        raise _Reject("files.requeue.unreadable", name=name, type=type(data).__name__)
     if not raw.strip():
-        raise _Reject(f"{name} is empty: expected it to show {wanted}")
+        raise _Reject("files.requeue.empty", name=name, wanted=wanted)
     if raw.startswith(_UTF16_BOMS):  # PowerShell's `>`; searched as decoded text and as bytes
         raw = raw.decode("utf-16", "replace").encode("utf-8", "replace") + b"\n" + raw
     if b"\x1b" in raw:
@@ -498,10 +496,37 @@ def requeue_out_shows_attempts(data: bytes | None, n: int = 2) -> Parsed:
             if len(seen) == 5:
                 break
     if seen:
-        return Parsed(False, (), _bound(
-            f"{name} never shows attempts={n} (it shows attempts={', '.join(seen)}): print the"
-            f" message's attempt count each time it is requeued, so that retry {n} shows"
-            f" `attempts={n}`"))
-    return Parsed(False, (), _bound(
-        f"{name} does not show attempts={n}: print {wanted}, or the requeued message's JSON with"
-        f" \"attempts\": {n}"))
+        return Parsed(False, (), _bound(tr("files.requeue.other_counts", name=name, n=n,
+                                           seen=", ".join(seen))))
+    return Parsed(False, (), _bound(tr("files.requeue.not_shown", name=name, n=n, wanted=wanted)))
+
+
+# --------------------------------------------------------------------------------------------
+# values for plots
+
+
+def waits_by_line(data, limit: int = 40) -> list[tuple[int, float | None]]:
+    """(line number, wait or None) of the first ``limit`` non-blank lines, read leniently (a bare
+    number, or the ``wait=`` of an ``attempt=<n> wait=<s>`` line), to plot what a learner wrote next
+    to a parser's problem. Never raises; [] for a missing or unreadable file."""
+    try:
+        if isinstance(data, memoryview):
+            data = data.tobytes()
+        if isinstance(data, (bytes, bytearray)):
+            text = bytes(data[: 1 << 20]).decode("utf-8", "replace")
+        elif isinstance(data, str):
+            text = data[: 1 << 20]
+        else:
+            return []
+        text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+        found = []
+        for lineno, line in itertools.islice(_nonblank_lines(text), max(0, limit)):
+            keyed = _KEYED_ANY_CASE.fullmatch(line[:_MAX_LINE_CHARS])
+            token = keyed["w"] if keyed else line[:_MAX_LINE_CHARS]
+            value, _ = _number(token)
+            found.append((lineno, value))
+        return found
+    except Exception:  # noqa: BLE001 - a plot is a bonus; never let it break a message
+        if messages._RAISE_INTERNAL_ERRORS:
+            raise
+        return []

@@ -17,6 +17,8 @@ from retrylab import keyspace
 from retrylab.fixtures import messages
 from retrylab.runner import Progress, ScriptRun
 
+from retrylab.checks.backoff_dlq.advanced import advanced_run  # noqa: F401 - a session fixture: the advanced checks' shared run
+
 RUN_TIMEOUT = 15.0          # seconds of real time a worker run may take
 QUIET = 0.3                 # done and nothing changed for this long: the worker has settled
 LONG_QUIET = 2.5            # not done, but nothing changed for this long: it will not get there

@@ -19,6 +19,9 @@ import json
 import math
 import re
 from datetime import datetime, timezone
+from pathlib import Path
+
+from retrylab import i18n
 
 __all__ = [
     "MAX_JSON_BYTES",
@@ -45,7 +48,12 @@ _RAISE_INTERNAL_ERRORS = False
 
 _ELLIPSIS = "\u2026"
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_TIMESTAMP_FORMS = "epoch seconds, epoch milliseconds or ISO 8601 text"
+# Problems are in the current language (retrylab.i18n), from this exercise's locales/ catalogs.
+tr = i18n.translator(Path(__file__).resolve().parent / "locales")
+
+
+def _forms() -> str:
+    return tr("json.ts.forms")
 
 
 def _total(fallback):
@@ -67,9 +75,7 @@ def _total(fallback):
 
 
 def _bound(problem: str) -> str:
-    if len(problem) <= MAX_PROBLEM:
-        return problem
-    return problem[: MAX_PROBLEM - 1] + _ELLIPSIS
+    return i18n.bounded(problem, MAX_PROBLEM, _ELLIPSIS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,12 +170,12 @@ def _show(value, limit: int = 70) -> str:
 
 
 def _type_name(value) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "an integer", float: "a number", type(None): "null"}
+    names = {dict: "object", list: "list", str: "string", bool: "boolean",
+             int: "integer", float: "number", type(None): "null"}
     for kind, name in names.items():
         if type(value) is kind:
-            return name
-    return f"a {type(value).__name__}"
+            return tr(f"json.type.{name}")
+    return tr("json.type.other", name=type(value).__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,7 +183,7 @@ def _type_name(value) -> str:
 
 
 def _decode_fallback(exc: BaseException) -> tuple[object | None, str]:
-    return None, f"could not be interpreted (internal error {type(exc).__name__})"
+    return None, tr("json.internal_error", error=type(exc).__name__)
 
 
 def _looks_like_python_repr(text: str) -> bool:
@@ -204,37 +210,36 @@ def decode_json(raw: bytes | str | None) -> tuple[object | None, str]:
     as Python's ``json`` writes them; the checks judge the fields they care about.
     """
     if raw is None:
-        return None, "missing (there is no value)"
+        return None, tr("json.missing")
     if isinstance(raw, memoryview):
         raw = raw.tobytes()
     if isinstance(raw, (bytes, bytearray)):
         if len(raw) > MAX_JSON_BYTES:
-            return None, f"too large ({len(raw)} bytes)"
+            return None, tr("json.too_large_bytes", size=len(raw))
         data = bytes(raw)
         if data.startswith(codecs.BOM_UTF8):
             data = data[len(codecs.BOM_UTF8):]
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return None, (f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}):"
-                          " store json.dumps(...) of the message")
+            return None, tr("json.not_utf8", byte=data[exc.start], offset=exc.start)
     elif isinstance(raw, str):
         if len(raw) > MAX_JSON_BYTES:
-            return None, f"too large ({len(raw)} characters)"
+            return None, tr("json.too_large_chars", size=len(raw))
         text = raw[1:] if raw.startswith("\ufeff") else raw
     else:
-        return None, f"not JSON text (found {_type_name(raw)})"
+        return None, tr("json.not_text", type=_type_name(raw))
     if not text.strip():
-        return None, "empty" if not text else "empty (only whitespace)"
+        return None, tr("json.empty") if not text else tr("json.whitespace")
     try:
         return json.loads(text), ""
     except RecursionError:
-        return None, "not usable JSON (nested too deeply)"
+        return None, tr("json.too_deep")
     except ValueError as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
         if _looks_like_python_repr(text):
-            return None, "not JSON (it looks like a Python repr: use json.dumps)"
-        return None, f"not JSON ({shorten(reason, 60)})"
+            return None, tr("json.python_repr")
+        return None, tr("json.not_json", reason=shorten(reason, 60))
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,25 +339,24 @@ def _first_difference(expected, found, path: str, depth: int = 0) -> str:
     if depth < 20 and isinstance(expected, dict) and isinstance(found, dict):
         for key in expected:
             if key not in found:
-                return (f"{path} differs: key {shorten(repr(key), 40)} is missing"
-                        f" (expected {_show(expected[key], 60)})")
+                return tr("json.differs_missing_key", path=path, key=shorten(repr(key), 40),
+                          expected=_show(expected[key], 60))
             inner = _first_difference(expected[key], found[key],
                                       f"{path}[{shorten(repr(key), 40)}]", depth + 1)
             if inner:
                 return inner
         extra = next((k for k in found if k not in expected), None)
-        return f"{path} differs: it has an extra key {shorten(repr(extra), 40)}"
+        return tr("json.differs_extra_key", path=path, key=shorten(repr(extra), 40))
     if (depth < 20 and isinstance(expected, (list, tuple)) and isinstance(found, (list, tuple))
             and len(expected) == len(found)):
         for index, (x, y) in enumerate(zip(expected, found)):
             inner = _first_difference(x, y, f"{path}[{index}]", depth + 1)
             if inner:
                 return inner
-    return f"{path} differs: expected {_show(expected)}, found {_show(found)}"
+    return tr("json.differs", path=path, expected=_show(expected), found=_show(found))
 
 
-@_total(lambda exc: f"could not be compared with the original message (internal error"
-                    f" {type(exc).__name__})")
+@_total(lambda exc: tr("json.compare_internal_error", error=type(exc).__name__))
 def same_original(value, seeded: dict) -> str:
     """``""`` if ``value`` carries the seeded message's ``id``, ``kind`` and ``data`` unchanged.
 
@@ -361,24 +365,22 @@ def same_original(value, seeded: dict) -> str:
     ``attempts``, ``first_seen_at``) are allowed. ``True`` is not ``1``; ``1`` equals ``1.0``.
     """
     if not isinstance(seeded, dict):
-        return "there is no seeded message to compare with"
+        return tr("json.no_seeded")
     if not isinstance(value, dict):
-        return f"not a JSON object (found {_type_name(value)})"
+        return tr("json.not_object", type=_type_name(value))
     fields = original_fields(value)
     if fields is None:
         if "payload" in value:
-            return _bound(f"payload is not the original message (found {_show(value['payload'])}):"
-                          " expected an object with its id, kind and data")
-        return ("carries no original message: expected its id, kind and data at the top level"
-                " or under payload")
+            return _bound(tr("json.payload_not_original", found=_show(value["payload"])))
+        return tr("json.no_original")
     prefix = "payload" if fields is not value else ""
-    where = "payload" if prefix else "the message"
+    where = "payload" if prefix else tr("json.the_message")
     for key in ("id", "kind", "data"):
         if key not in seeded:
             continue
         label = f"{prefix}.{key}" if prefix else key
         if key not in fields:
-            return _bound(f"{where} has no `{key}` (expected {_show(seeded[key])})")
+            return _bound(tr("json.has_no_key", where=where, key=key, expected=_show(seeded[key])))
         difference = _first_difference(seeded[key], fields[key], label)
         if difference:
             return _bound(difference)
@@ -391,24 +393,21 @@ def same_original(value, seeded: dict) -> str:
 
 def _timestamp_from_number(number) -> tuple[float | None, str]:
     if isinstance(number, float) and not math.isfinite(number):
-        return None, f"not a finite number: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.not_finite", forms=_forms())
     if number < 0:
-        return None, f"negative: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.negative", forms=_forms())
     if 1e9 <= number <= 4e9:
         return float(number), ""
     if 1e12 <= number <= 4e12:
         return float(number) / 1000.0, ""
     if 1e15 <= number <= 4e15:
-        return None, "looks like epoch microseconds: store epoch seconds (time.time()) or milliseconds"
+        return None, tr("json.ts.microseconds")
     if 1e18 <= number <= 4e18:
-        return None, ("looks like epoch nanoseconds (time.time_ns()): store epoch seconds or"
-                      " milliseconds")
-    return None, ("out of range: expected epoch seconds (1e9..4e9), epoch milliseconds (1e12..4e12)"
-                  " or ISO 8601 text")
+        return None, tr("json.ts.nanoseconds")
+    return None, tr("json.ts.out_of_range")
 
 
-@_total(lambda exc: (None, "could not be read as a timestamp"
-                           f" (internal error {type(exc).__name__})"))
+@_total(lambda exc: (None, tr("json.ts.internal_error", error=type(exc).__name__)))
 def parse_timestamp(value) -> tuple[float | None, str]:
     """Epoch seconds from a timestamp a learner stored, or ``(None, problem)``.
 
@@ -419,31 +418,30 @@ def parse_timestamp(value) -> tuple[float | None, str]:
     reads it (``Z``, an offset, or no offset = UTC, as the lab machine runs with ``TZ=UTC``).
     """
     if isinstance(value, bool):
-        return None, f"a boolean, not a timestamp: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.boolean", forms=_forms())
     if value is None:
-        return None, f"null, not a timestamp: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.null", forms=_forms())
     if isinstance(value, (int, float)):
         return _timestamp_from_number(value)
     if isinstance(value, (bytes, bytearray)):
         try:
             value = bytes(value).decode("utf-8")
         except UnicodeDecodeError:
-            return None, f"binary data, not a timestamp: expected {_TIMESTAMP_FORMS}"
+            return None, tr("json.ts.binary", forms=_forms())
     if not isinstance(value, str):
-        return None, f"{_type_name(value)}, not a timestamp: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.other_type", type=_type_name(value), forms=_forms())
     text = value.strip()
     if not text:
-        return None, f"an empty string, not a timestamp: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.empty", forms=_forms())
     if len(text) > 64:
-        return None, (f"too long to be a timestamp ({len(text)} characters): expected"
-                      f" {_TIMESTAMP_FORMS}")
+        return None, tr("json.ts.too_long", length=len(text), forms=_forms())
     if _NUMBER.fullmatch(text):
         return _timestamp_from_number(float(text))
     iso = text[:-1] + "Z" if text.endswith("z") else text
     try:
         moment = datetime.fromisoformat(iso)
     except ValueError:
-        return None, f"not a timestamp: expected {_TIMESTAMP_FORMS}"
+        return None, tr("json.ts.not_timestamp", forms=_forms())
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     try:
@@ -451,5 +449,5 @@ def parse_timestamp(value) -> tuple[float | None, str]:
     except (OverflowError, ValueError, OSError):
         seconds = None
     if seconds is None or not 1e9 <= seconds <= 4e9:
-        return None, f"out of range (year {moment.year}): expected a time between 2001 and 2096"
+        return None, tr("json.ts.year_out_of_range", year=moment.year)
     return seconds, ""

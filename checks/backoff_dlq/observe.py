@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
-from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, message_id, shorten
+from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, message_id, shorten, tr
 from retrylab.fixtures import messages
 from retrylab.plugin import attach_output
 from retrylab.runner import ScriptRun
@@ -21,10 +22,30 @@ def attach(node, run: ScriptRun) -> None:
         attach_output(node, (run.result.stdout + run.result.stderr).strip())
 
 
+def describe(result) -> str:
+    """How a script ended (ScriptResult.describe), in the current language."""
+    if getattr(result, "limit", None) and (result.crashed or result.stopped == "timeout"):
+        key = "observe.ran.limit_timeout" if result.stopped == "timeout" else "observe.ran.limit"
+        return tr(key, script=result.script, limit=result.limit, seconds=result.seconds)
+    if result.stopped == "timeout":
+        text = tr("observe.ran.timeout", script=result.script, seconds=result.seconds)
+    elif result.stopped == "settled":
+        text = tr("observe.ran.settled", script=result.script)
+    elif result.returncode is not None and result.returncode < 0:
+        number = -result.returncode
+        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else result.returncode
+        text = tr("observe.ran.killed", script=result.script, signal=name)
+    else:
+        text = tr("observe.ran.exited", script=result.script, status=result.returncode)
+    if getattr(result, "limit", None):
+        text += tr("observe.ran.reached", limit=result.limit)
+    return text
+
+
 def how_it_ran(run: ScriptRun) -> str:
     """One or more lines about how the script ended, with the end of its stderr if it crashed."""
     result = run.result
-    text = result.describe()
+    text = describe(result)
     if (result.crashed or result.stopped == "timeout") and result.stderr_tail():
         text += ":\n" + indent(result.stderr_tail())
     return text
@@ -32,21 +53,21 @@ def how_it_ran(run: ScriptRun) -> str:
 
 def require_script(run: ScriptRun, script: str) -> None:
     if run.missing:
-        fail(f"{script} is missing from your submission: this step runs it.")
+        fail(tr("observe.script_missing", script=script))
 
 
 def read_artifact(submission: Path, name: str) -> bytes | None:
     path = submission / name
     if path.is_symlink():
-        fail(f"{name} is a symbolic link; put the file itself in your submission.")
+        fail(tr("observe.symlink", name=name))
     if not path.exists():
         return None
     if not path.is_file():
-        fail(f"{name} is not a regular file.")
+        fail(tr("observe.not_regular", name=name))
     with path.open("rb") as f:
         data = f.read(ARTIFACT_LIMIT + 1)
     if len(data) > ARTIFACT_LIMIT:
-        fail(f"{name} is larger than {ARTIFACT_LIMIT >> 20} MB; it should be a few short lines.")
+        fail(tr("observe.too_large", name=name, megabytes=ARTIFACT_LIMIT >> 20))
     return data
 
 
@@ -55,14 +76,13 @@ def call_fields_problem(arg: str, seeded: dict) -> str:
     try:
         value = json.loads(arg)
     except ValueError:
-        return f"process received {shorten(arg)} - not the decoded message"
+        return tr("observe.not_decoded", arg=shorten(arg))
     if not isinstance(value, dict):
-        return f"process received a {type(value).__name__}, not the decoded message (a dict): use json.loads"
+        return tr("observe.not_dict", type=type(value).__name__)
     original = messages.original(seeded)
     for key, expected in original.items():
         if value.get(key) != expected:
-            return (f"process received {shorten(arg)}; its {key!r} should be {shorten(json.dumps(expected))} "
-                    f"- pass the original message's fields (an envelope's payload, not the envelope)")
+            return tr("observe.wrong_field", arg=shorten(arg), key=repr(key), expected=shorten(json.dumps(expected)))
     return ""
 
 

@@ -3,14 +3,17 @@ import pytest
 
 from retrylab.checks.backoff_dlq import observe
 from retrylab.checks.backoff_dlq.artifacts import requeue_out_shows_attempts
+from retrylab.checks.backoff_dlq.messages import tr
+from retrylab.plugin import attach_location
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(2)
 
 
-def test_requeue_out_shows_attempts_2(submission):
+def test_requeue_out_shows_attempts_2(submission, request):
     result = requeue_out_shows_attempts(observe.read_artifact(submission, "requeue.out"), 2)
     if not result.ok:
+        attach_location(request.node, "requeue.out", result.line)
         fail(result.problem)
 
 
@@ -22,12 +25,9 @@ def test_each_requeue_adds_one_attempt(worker_run, request):
     counts = observe.requeue_counts(run, bad["id"])
     if not counts:
         calls = len(worker_run.calls_for(bad))
-        fail(f"the failing message (seeded with attempts 0) was never written back to Redis after process "
-             f"raised ({calls} call(s) of process for it). {observe.how_it_ran(run)}")
+        fail(tr("step2.never_requeued", calls=calls, how=observe.how_it_ran(run)))
     if None in counts:
-        fail("the requeued message carries no integer `attempts` (at its top level, or an envelope's); "
-             f"attempt counts seen on requeue: {counts}")
+        fail(tr("step2.no_count", counts=counts))
     expected = list(range(1, len(counts) + 1))
     if counts != expected:
-        fail(f"each failure must add exactly 1 to the message's attempts: after 1, 2, 3 ... failures the "
-             f"requeued message should carry attempts {expected}, but it carried {counts}.")
+        fail(tr("step2.not_plus_one", expected=expected, counts=counts))

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
-from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten
+from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten, tr
 from retrylab.fixtures import messages
 from retrylab.verdict import fail
 
@@ -20,8 +20,7 @@ def _dlq_entry(worker_run) -> tuple[bytes, str]:
         if not problem and not same_original(value, bad):
             return raw, ""
     entry = messages.lab_dlq_entry(bad, error=f"task {bad['id']}: kind=bad is rejected by taskproc")
-    return entry.encode(), ("Your worker did not leave a usable DLQ entry (see steps 6-7), so this check "
-                            f"seeded one in the lab's format: {shorten(entry, 200)}")
+    return entry.encode(), tr("step8.seeded_entry", entry=shorten(entry, 200))
 
 
 def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_backend, step, request):
@@ -40,27 +39,23 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     observe.require_script(run, "replay.py")
     result = run.result
     if result.stopped:
-        fail(f"{prefix}replay.py was still running {result.seconds:.0f} s after it started; it must be an explicit "
-             f"one-shot command that moves the entry and exits, never a loop consuming the DLQ.")
+        fail(prefix + tr("step8.still_running", seconds=result.seconds))
     if result.returncode != 0:
         fail(f"{prefix}{observe.how_it_ran(run)}")
     if dlq_left:
-        fail(f"{prefix}{messages.DLQ} still holds {dlq_left} entr{'y' if dlq_left == 1 else 'ies'} after replay.py; "
-             f"the replayed entry must be removed from the DLQ, not copied.")
+        fail(prefix + tr("step8.dlq_left", dlq=messages.DLQ, count=dlq_left))
     if queue_type not in ("list", "none"):
-        fail(f"{prefix}{messages.QUEUE} is a Redis {queue_type} after replay.py; it must stay a list.")
+        fail(prefix + tr("step8.queue_type", queue=messages.QUEUE, type=queue_type))
     if not queue or len(queue) != 1:
-        fail(f"{prefix}{messages.QUEUE} holds {len(queue or [])} messages after replay.py; expected exactly 1, "
-             f"the replayed message.")
+        fail(prefix + tr("step8.queue_length", queue=messages.QUEUE, count=len(queue or [])))
     value, problem = decode_json(queue[0])
     if problem:
-        fail(f"{prefix}the replayed message is {problem}: {shorten(queue[0].decode('utf-8', 'replace'))}")
+        fail(prefix + tr("step8.not_json", problem=problem, raw=shorten(queue[0].decode("utf-8", "replace"))))
     difference = same_original(value, worker_run.bad)
     if difference:
-        fail(f"{prefix}the replayed message must carry the original payload: {difference}")
+        fail(prefix + tr("step8.payload", difference=difference))
     # the count lives at the top level (plain message or envelope); an envelope without one may
     # still carry the old count inside its payload, which a worker would then read
     holder = value if "attempts" in value else (original_fields(value) or {})
     if "attempts" in holder and attempts_of(holder) != 0:
-        fail(f"{prefix}the replayed message carries attempts={shorten(json.dumps(holder['attempts']))}; "
-             f"reset it to 0 so the message gets its full set of retries again.")
+        fail(prefix + tr("step8.attempts", attempts=shorten(json.dumps(holder["attempts"]))))

@@ -10,4 +10,4 @@ class UsageError(Exception):
 
 
 # The order is the order of `retrylab --help`.
-COMMANDS = ["check"]
+COMMANDS = ["check", "verify", "grade-batch", "explain", "watch"]

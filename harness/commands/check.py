@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from retrylab import exercise as exercises
+from retrylab import i18n
 from retrylab.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
-from retrylab.reporters import FORMATS
+from retrylab.reporters import FORMATS, github
 
 
 def register(subparsers) -> None:
@@ -16,33 +18,52 @@ def register(subparsers) -> None:
     check.add_argument("directory", type=Path, help="the learner's submission directory")
     check.add_argument("--backend", default="fake", choices=sorted(BACKENDS),
                        help="private Redis to grade against (default: fake, nothing to install)")
+    check.add_argument("--redis-url", metavar="URL",
+                       help="with --backend url: an existing server, redis://host:port[/db]; retrylab"
+                            " works in an empty database (db 1-15 unless named) and leaves others alone")
     check.add_argument("--step", type=int, action="append", default=[], metavar="N",
                        help="grade only step N (repeatable)")
+    check.add_argument("--step-timeout", type=float, metavar="SECONDS",
+                       help="time limit of every step (default: each step's own, from exercise.toml)")
     check.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
     check.add_argument("--format", default="text", choices=sorted(FORMATS))
     check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 whatever the verdict")
     check.add_argument("--strict", action="store_true", help="advanced checks count toward the exit status too")
+    add_lang_argument(check)
+
+
+def add_lang_argument(parser) -> None:
+    """`--lang` as every subcommand that speaks to a learner has it."""
+    parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None,
+                        help="language of messages: en, zh, ru, fa (default: from LANGUAGE, LC_ALL, "
+                             "LC_MESSAGES, LANG; else en)")
 
 
 def validate(args) -> None:
     if not args.directory.is_dir():
         raise UsageError(f"{args.directory} is not a directory")
+    if args.step_timeout is not None and not args.step_timeout > 0:
+        raise UsageError(f"--step-timeout {args.step_timeout:g}: give a positive number of seconds")
     exercise = exercises.get(args.exercise)
     known = {s.number for s in exercise.steps}
     unknown = sorted(set(args.step) - known)
     if unknown:
         raise UsageError(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
     # Fail fast, with one line, when the backend cannot work here (e.g. redis-server missing).
-    backend = make_backend(args.backend)
-    backend.start()
-    backend.stop()
+    make_backend(args.backend, redis_url=args.redis_url).probe()
 
 
 def run(args) -> int:
     from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
     validate(args)
-    report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=args.exercise)
+    report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=args.exercise,
+                   redis_url=args.redis_url, step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        # Annotations on stderr (the runner reads workflow commands there too): stdout keeps only the
+        # report. Written first, so that they are in before any text the report quotes.
+        sys.stderr.write(github.render(report, str(Path(report.submission).resolve())))
+        sys.stderr.flush()
     rendered = FORMATS[args.format](report)
     if args.output:
         args.output.write_text(rendered, encoding="utf-8")

@@ -1,0 +1,244 @@
+"""How fast retrylab grades: prints markdown tables.
+
+    python bench/grade_bench.py                 # everything (about 3-4 minutes on 2 cores)
+    python bench/grade_bench.py --batch 0       # skip the batch throughput part
+    python bench/grade_bench.py --wait-load 1.0 # first wait (up to 10 min) for a quieter machine
+
+1. One grading of the reference solution as a user runs it (`retrylab check solution`), on `fake`
+   and `redis-server`: median and max wall seconds of N runs. Target: under 3 s on either backend.
+2. `retrylab grade-batch` throughput for generated submissions (corpus entries, correct and
+   known-wrong, cycled), with --jobs 1 and --jobs 2. Target on 2 cores: --jobs 2 >= 1.6x --jobs 1.
+3. Where one grading's time goes, per step (in-process, from the runner's timing records): the
+   private Redis, starting the learner's process until its first Redis command, the learner's
+   run, the wait after its last change before a never-exiting worker is called settled, cleanup.
+
+Timings depend on what else the machine is doing: the 1-minute load average is printed with each
+part. Nothing here asserts; the tests assert behaviour, this script measures.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import itertools
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from retrylab import exercise as exercises
+from retrylab.backends import make_backend
+from retrylab.fixtures import corpus
+from retrylab.fixtures.corpus import REFERENCE
+from retrylab.plugin import STEP_KEY, TIMING_KEY
+
+BACKENDS = ("fake", "redis-server")
+
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def retrylab_command() -> list[str]:
+    script = Path(sys.executable).with_name("retrylab")  # the console script, as a user runs it
+    return [str(script)] if script.exists() else [sys.executable, "-m", "retrylab"]
+
+
+def wall(command: list[str], **kwargs) -> float:
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    seconds = time.monotonic() - started
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    return seconds
+
+
+# -- 1. one grading via the CLI ---------------------------------------------------------------------
+
+def single_grades(runs: int) -> tuple[list[str], dict[str, float]]:
+    lines = ["| backend | runs | median s | max s | target | load (1 min) |", "|---|---|---|---|---|---|"]
+    medians = {}
+    for backend in BACKENDS:
+        before = load()
+        command = retrylab_command() + ["check", str(REFERENCE), "--backend", backend, "--format", "exercism"]
+        wall(command)  # warm the page cache; not counted
+        times = [wall(command) for _ in range(runs)]
+        medians[backend] = statistics.median(times)
+        ok = "met" if max(times) < 3 else "missed"
+        lines.append(f"| {backend} | {runs} | {statistics.median(times):.2f} | {max(times):.2f} | < 3 s ({ok}) "
+                     f"| {before} -> {load()} |")
+    return lines, medians
+
+
+# -- 2. batch throughput ----------------------------------------------------------------------------
+
+def make_batch(root: Path, count: int) -> dict[str, corpus.CorpusEntry]:
+    """`count` submissions: the corpus (correct and known-wrong entries alternating), cycled."""
+    correct, wrong = corpus.entries("correct"), corpus.entries("wrong")
+    mixed = [e for pair in itertools.zip_longest(correct, wrong) for e in pair if e is not None]
+    made = {}
+    for n, entry in zip(range(count), itertools.cycle(mixed)):
+        name = f"{n:03}-{entry.name}"
+        entry.materialize(root / name)
+        made[name] = entry
+    return made
+
+
+def batch_throughput(count: int) -> list[str]:
+    lines = ["| jobs | submissions | wall s | submissions/min | speed-up | verdicts as expected | load (1 min) |",
+             "|---|---|---|---|---|---|---|"]
+    notes = []
+    slugs = {s.number: s.slug for s in exercises.get(exercises.DEFAULT_EXERCISE).steps}
+    with tempfile.TemporaryDirectory(prefix="retrylab-bench-") as tmp:
+        made = make_batch(Path(tmp) / "submissions", count)
+        kinds = sum(e.kind == "correct" for e in made.values())
+        base = None
+        for jobs in (1, 2):
+            out = Path(tmp) / f"gradebook-{jobs}.csv"
+            before = load()
+            seconds = wall(retrylab_command() + ["grade-batch", str(Path(tmp) / "submissions"),
+                                                 "--jobs", str(jobs), "--out", str(out)])
+            with out.open(newline="") as f:
+                rows = {r["id"]: r for r in csv.DictReader(f)}
+            agree = 0
+            for name, entry in made.items():
+                got = {n: rows.get(name, {}).get(f"step{n}_{slugs[n]}") for n in entry.expect}
+                if got == entry.expect:
+                    agree += 1
+                else:
+                    notes.append(f"- jobs {jobs}: {name}: expected {entry.expect}, got {got} "
+                                 f"({rows.get(name, {}).get('reason', 'no row')})")
+            rate = count / seconds * 60
+            base = base or rate
+            target = "" if jobs == 1 else (" (target 1.6x: met)" if rate / base >= 1.6 else " (target 1.6x: missed)")
+            lines.append(f"| {jobs} | {count} ({kinds} correct) | {seconds:.1f} | {rate:.1f} | "
+                         f"{rate / base:.2f}x{target} | {agree}/{count} | {before} -> {load()} |")
+    return lines + ([""] + notes if notes else [])
+
+
+# -- 3. where the time goes -------------------------------------------------------------------------
+
+class _Timings:
+    def __init__(self):
+        self.step_seconds: dict[int, float] = {}
+        self.runs: dict[int, list[dict]] = {}
+
+    def pytest_runtest_logreport(self, report):
+        props = dict((k, v) for k, v in report.user_properties if k in (STEP_KEY,))
+        key = props.get(STEP_KEY)
+        if key is None:
+            return
+        self.step_seconds[key] = self.step_seconds.get(key, 0.0) + report.duration
+        for k, v in report.user_properties:
+            if k == TIMING_KEY:
+                self.runs.setdefault(key, []).extend(v)
+
+
+def _grade_in_process(backend: str) -> tuple[float, _Timings]:
+    import pytest
+    exercise = exercises.get(exercises.DEFAULT_EXERCISE)
+    collector = _Timings()
+    args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"), "--rootdir",
+            str(exercises.CHECKS_DIR), "-p", "retrylab.plugin", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-q", "--solution", str(REFERENCE), "--backend", backend]
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    started = time.monotonic()
+    with contextlib.redirect_stdout(io.StringIO()):
+        pytest.main(args, plugins=[collector])
+    return time.monotonic() - started, collector
+
+
+def _redis_costs(backend: str, n: int = 20) -> tuple[float, float]:
+    """(backend start+stop per grading, one check's private Redis enter+exit), medians."""
+    starts, privates = [], []
+    for _ in range(5):
+        b = make_backend(backend)
+        t = time.monotonic()
+        b.start()
+        b.stop()
+        starts.append(time.monotonic() - t)
+    b = make_backend(backend)
+    b.start()
+    try:
+        for _ in range(n):
+            t = time.monotonic()
+            with b.private() as endpoint, endpoint.client() as client:
+                client.ping()
+            privates.append(time.monotonic() - t)
+    finally:
+        b.stop()
+    return statistics.median(starts), statistics.median(privates)
+
+
+def breakdown(runs: int, cli_medians: dict[str, float]) -> list[str]:
+    med = statistics.median
+    imports = med(wall([sys.executable, "-c", "import retrylab.cli, retrylab.grading"]) for _ in range(runs))
+    lines = [f"Starting the CLI (interpreter and imports: `import retrylab.cli, retrylab.grading`): "
+             f"{imports:.2f} s (median of {runs}).", ""]
+    for backend in BACKENDS:
+        _grade_in_process(backend)  # warm-up
+        samples = [_grade_in_process(backend) for _ in range(runs)]
+        totals = [s for s, _ in samples]
+        start, private = _redis_costs(backend)
+        lines += [f"**{backend}** (medians of {runs}; load {load()}): CLI {cli_medians.get(backend, float('nan')):.2f} s;"
+                  f" in-process grading {med(totals):.2f} s, of which pytest start, collection and teardown"
+                  f" {med(totals) - med(sum(t.step_seconds.values()) for _, t in samples):.2f} s and the steps below."
+                  f" Redis: backend start+stop {start * 1000:.0f} ms per grading, one check's private Redis"
+                  f" {private * 1000:.0f} ms.", "",
+                  "| step | step s | learner run | prepare (copy, proxy) s | process start to 1st Redis command s "
+                  "| run s | of which settle wait s | cleanup s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        steps = sorted({k for _, t in samples for k in t.step_seconds}, key=str)
+        for step in steps:
+            seconds = med(t.step_seconds.get(step, 0.0) for _, t in samples)
+            scripts = [r for _, t in samples for r in t.runs.get(step, [])]
+            if not scripts:
+                lines.append(f"| {step} | {seconds:.3f} | - | | | | | |")
+                continue
+            for script in sorted({r["script"] for r in scripts}):
+                mine = [r for r in scripts if r["script"] == script]
+                first = [r["first_command"] for r in mine if r["first_command"] is not None]
+                lines.append(f"| {step} | {seconds:.3f} | {script} | {med(r['prepare'] for r in mine):.3f} | "
+                             f"{med(first):.3f} | {med(r['run'] for r in mine):.3f} | "
+                             f"{med(r['settle'] for r in mine):.3f} | {med(r['cleanup'] for r in mine):.3f} |")
+        lines.append("")
+    return lines
+
+
+def wait_for_load(limit: float, patience: float = 600) -> None:
+    end = time.monotonic() + patience
+    while os.getloadavg()[0] > limit and time.monotonic() < end:
+        time.sleep(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="gradings per backend (default 5)")
+    parser.add_argument("--batch", type=int, default=50, help="submissions in the batch part (0: skip it)")
+    parser.add_argument("--wait-load", type=float, metavar="L",
+                        help="first wait (up to 10 min) until the 1-minute load average is below L")
+    args = parser.parse_args()
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server is not on PATH: the redis-server rows need it")
+    if args.wait_load:
+        wait_for_load(args.wait_load)
+    print(f"# retrylab grading benchmark\n\n{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+          f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print("## One grading of the reference solution (`retrylab check solution --format exercism`)\n")
+    table, medians = single_grades(args.runs)
+    print("\n".join(table) + "\n", flush=True)
+    if args.batch:
+        print(f"## `retrylab grade-batch`: {args.batch} submissions from the corpus\n")
+        print("\n".join(batch_throughput(args.batch)) + "\n", flush=True)
+    print("## Where one grading's time goes (reference solution)\n")
+    print("\n".join(breakdown(args.runs, medians)))
+    print(f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,451 @@
+"""Grading a directory of submissions into a gradebook: in parallel, resumable, shardable.
+
+Each submission is graded in its own process (`python -m retrylab.batch`, below), in its own
+process group, with its own private Redis, so gradings cannot see each other and one that crashes
+or hangs is stopped (SIGTERM, then SIGKILL) without stopping the batch: it gets a row with status
+`error` and the reason.
+
+Resuming: after each submission a record (submission id, content hash, grading configuration, row)
+is appended to a journal next to the gradebook (`<gradebook>.state.jsonl`), as one `write` of one
+line, so an interrupted batch loses at most the submissions being graded; a torn last line is
+ignored. A re-run skips submissions whose content and configuration (harness version, exercise,
+backend, step limit) are unchanged and whose row is a grade (pass/fail); errors are graded again.
+At the end the journal is compacted (written to a temporary file, then renamed over it).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from retrylab import __version__
+from retrylab import exercise as exercises
+
+STATE_SUFFIX = ".state.jsonl"
+OVERHEAD = 30.0         # per-submission wall limit beyond its steps' limits: interpreter, backend, pytest
+TERM_GRACE = 5.0        # after SIGTERM, time for a grading to stop its learner processes and Redis
+REASON_LIMIT = 300
+# What the grader never sees (the sandbox does not copy it): it does not change a grade.
+_UNSEEN = {"__pycache__", ".git"}
+
+
+@dataclass(frozen=True)
+class Submission:
+    id: str          # the subdirectory's name
+    path: Path
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    backend: str = "fake"
+    exercise_id: str = exercises.DEFAULT_EXERCISE
+    step_timeout: float | None = None
+    timeout: float | None = None     # per-submission wall limit; None: the steps' limits + OVERHEAD
+    jobs: int = 1
+
+    @property
+    def exercise(self) -> exercises.Exercise:
+        return exercises.get(self.exercise_id)
+
+    def wall_limit(self) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        checks = self.exercise.steps + self.exercise.advanced
+        return sum(self.step_timeout if self.step_timeout is not None else c.timeout for c in checks) + OVERHEAD
+
+    def fingerprint(self) -> str:
+        """What, besides a submission's content, decides its grade."""
+        return json.dumps({"harness": __version__, "exercise": self.exercise_id, "backend": self.backend,
+                           "step_timeout": self.step_timeout}, sort_keys=True)
+
+
+# -- which submissions ----------------------------------------------------------------------------
+
+def discover(folder: Path) -> list[Submission]:
+    """Every subdirectory of `folder` is a submission (hidden ones excepted), sorted by name."""
+    return [Submission(p.name, p) for p in sorted(Path(folder).iterdir(), key=lambda p: p.name)
+            if p.is_dir() and not p.name.startswith(".")]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """"I/N" (1 <= I <= N) -> (I, N)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text}: expected I/N, e.g. 1/4") from None
+    if not 1 <= index <= count:
+        raise ValueError(f"--shard {text}: I must be between 1 and N")
+    return index, count
+
+
+def shard_of(submission_id: str, count: int) -> int:
+    """The shard (1..count) a submission belongs to: a hash of its name, so it stays in the same shard
+    when other submissions are added or removed (and a shard's resume state stays valid)."""
+    digest = hashlib.sha256(submission_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1
+
+
+def select(submissions: Iterable[Submission], shard: tuple[int, int] | None) -> list[Submission]:
+    if shard is None:
+        return list(submissions)
+    index, count = shard
+    return [s for s in submissions if shard_of(s.id, count) == index]
+
+
+def content_hash(folder: Path) -> str:
+    """SHA-256 over every file's relative path and bytes (a symlink: its target), in sorted order."""
+    h = hashlib.sha256()
+    for path in sorted(_files(Path(folder)), key=lambda p: p.relative_to(folder).as_posix()):
+        rel = path.relative_to(folder).as_posix().encode("utf-8", "surrogateescape")
+        if path.is_symlink():
+            h.update(b"L" + rel + b"\0" + os.readlink(path).encode("utf-8", "surrogateescape") + b"\0")
+        else:
+            h.update(b"F" + rel + b"\0" + str(path.stat().st_size).encode() + b"\0")
+            with path.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(folder: Path):
+    for root, dirs, files in os.walk(folder):  # does not follow symlinked directories
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in _UNSEEN and d not in links]
+        for name in files + links:
+            if name not in _UNSEEN:
+                yield Path(root, name)
+
+
+# -- the gradebook ----------------------------------------------------------------------------------
+
+def step_column(step: exercises.Step) -> str:
+    return f"step{step.number}_{step.slug}" if step.number is not None else f"advanced_{step.slug}"
+
+
+def columns(exercise: exercises.Exercise) -> list[str]:
+    return (["id", "status", "score"] + [step_column(s) for s in exercise.steps + exercise.advanced]
+            + ["seconds", "harness_version", "backend", "reason"])
+
+
+def row_from_report(submission: Submission, report: dict, seconds: float, config: BatchConfig) -> dict:
+    """A gradebook row from a Report (as a dict): pass/fail/error per step; the score is the sum of the
+    weights of the lab steps that pass over the total weight (None when the grading is not complete)."""
+    exercise = config.exercise
+    results = {(r["number"] if r["number"] is not None else r["name"].removeprefix("advanced:")): r
+               for r in report.get("results", ())}
+    row = _blank_row(submission, seconds, config)
+    row["harness_version"] = report.get("harness_version", __version__)
+    for step in exercise.steps + exercise.advanced:
+        result = results.get(step.number if step.number is not None else step.slug)
+        row[step_column(step)] = result["status"] if result else ""
+    lab = [results.get(s.number) for s in exercise.steps]
+    ungraded = [(s, r) for s, r in zip(exercise.steps, lab) if r is None or r["status"] == "error"]
+    if report.get("harness_error"):
+        row.update(status="error", reason=_one_line(report["harness_error"]))
+    elif ungraded:
+        step, result = ungraded[0]
+        why = result["message"] if result else "it did not run"
+        row.update(status="error", reason=_one_line(f"the harness could not grade step {step.number}: {why}"))
+    else:
+        total = sum(s.weight for s in exercise.steps)
+        earned = sum(s.weight for s, r in zip(exercise.steps, lab) if r["status"] == "pass")
+        row.update(status="pass" if earned == total else "fail",
+                   score=round(earned / total, 4) if total else 1.0)
+    return row
+
+
+def error_row(submission: Submission, reason: str, seconds: float, config: BatchConfig) -> dict:
+    row = _blank_row(submission, seconds, config)
+    row.update(status="error", reason=_one_line(reason))
+    return row
+
+
+def _blank_row(submission: Submission, seconds: float, config: BatchConfig) -> dict:
+    row = dict.fromkeys(columns(config.exercise), "")
+    row.update(id=submission.id, score=None, seconds=round(seconds, 2), harness_version=__version__,
+               backend=config.backend)
+    return row
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:REASON_LIMIT]
+
+
+def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
+    out = Path(out)
+    if out.suffix.lower() == ".json":
+        data = {"exercise": config.exercise_id, "backend": config.backend, "harness_version": __version__,
+                "columns": columns(config.exercise), "submissions": rows}
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns(config.exercise), lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        text = buffer.getvalue()
+    _write_atomically(out, text)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+# -- resume state -----------------------------------------------------------------------------------
+
+class BatchState:
+    """The journal next to the gradebook: the latest record per submission."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.records: dict[str, dict] = {}
+        try:
+            lines = self.path.read_bytes().split(b"\n")
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+                self.records[record["id"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line from an interrupted write, or a foreign one
+
+    def reusable(self, submission: Submission, digest: str, config: BatchConfig) -> dict | None:
+        record = self.records.get(submission.id)
+        if digest.startswith("unreadable"):
+            return None
+        if (record and record.get("hash") == digest and record.get("config") == config.fingerprint()
+                and record.get("row", {}).get("status") in ("pass", "fail")):
+            return record["row"]
+        return None
+
+    def record(self, submission: Submission, digest: str, config: BatchConfig, row: dict) -> None:
+        record = {"id": submission.id, "hash": digest, "config": config.fingerprint(), "row": row}
+        self.records[submission.id] = record
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write of one line: a crash leaves whole lines and maybe one torn one
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def compact(self, keep: Iterable[str]) -> None:
+        kept = [self.records[i] for i in sorted(set(keep)) if i in self.records]
+        _write_atomically(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+
+
+# -- grading one submission in its own process ------------------------------------------------------
+
+class _Running:
+    """The grading processes in flight, so that Ctrl-C on the batch stops them all."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self.cancelled = False
+
+    def add(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+            if self.cancelled:
+                _stop(proc)
+
+    def discard(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            procs = list(self._procs)
+        for proc in procs:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the grading (it stops its learner processes and its Redis), SIGKILL its group after."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Path,
+                        running: _Running | None = None) -> dict:
+    """Grade one submission in a child process; always returns a row (status `error` with the reason
+    when the grading dies, fails to report, or outlives the per-submission wall limit)."""
+    running = running or _Running()
+    result = workdir / f"{hashlib.sha256(submission.id.encode()).hexdigest()[:16]}.json"
+    errlog = result.with_suffix(".stderr")
+    command = [sys.executable, "-m", "retrylab.batch", str(submission.path), str(result),
+               "--backend", config.backend, "--exercise", config.exercise_id]
+    if config.step_timeout is not None:
+        command += ["--step-timeout", repr(config.step_timeout)]
+    limit = config.wall_limit()
+    started = time.monotonic()
+    with errlog.open("wb") as err:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
+        running.add(proc)
+        try:
+            proc.wait(timeout=limit)
+            timed_out = False
+            with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
+                os.killpg(proc.pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(proc)
+        finally:
+            running.discard(proc)
+    seconds = time.monotonic() - started
+    if running.cancelled:
+        return error_row(submission, "the batch was interrupted while this submission was being graded",
+                         seconds, config)
+    if timed_out:
+        return error_row(submission, f"grading did not finish within {limit:g} s and was stopped", seconds, config)
+    try:
+        report = json.loads(result.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        tail = _tail(errlog)
+        how = (f"was killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+               else f"exited with status {proc.returncode}")
+        return error_row(submission, f"the grading process {how} without a report" + (f": {tail}" if tail else ""),
+                         seconds, config)
+    return row_from_report(submission, report, seconds, config)
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - limit))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# -- the batch --------------------------------------------------------------------------------------
+
+@dataclass
+class BatchSummary:
+    rows: list[dict]
+    graded: int = 0
+    reused: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def state_path(out: Path) -> Path:
+    return Path(out).with_name(Path(out).name + STATE_SUFFIX)
+
+
+def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
+              on_start: Callable[[int, int], None] = lambda total, reused: None,
+              on_done: Callable[[dict], None] = lambda row: None) -> BatchSummary:
+    """Grade `submissions` (reusing unchanged grades from the state journal), write the gradebook."""
+    started = time.monotonic()
+    state = BatchState(state_path(out))
+    rows: dict[str, dict] = {}
+    todo: list[tuple[Submission, str]] = []
+    for submission in submissions:
+        try:
+            digest = content_hash(submission.path)
+        except OSError as exc:  # unreadable: grade it anyway (the grading will say what it can)
+            digest = f"unreadable: {exc}"
+        row = state.reusable(submission, digest, config)
+        if row is not None:
+            rows[submission.id] = row
+        else:
+            todo.append((submission, digest))
+    summary = BatchSummary(rows=[], reused=len(rows))
+    on_start(len(submissions), len(rows))
+    running = _Running()
+    with tempfile.TemporaryDirectory(prefix="retrylab-batch-") as workdir, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=config.jobs) as pool:
+        futures = {pool.submit(grade_in_subprocess, s, config, Path(workdir), running): (s, d) for s, d in todo}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                submission, digest = futures[future]
+                try:
+                    row = future.result()
+                except Exception as exc:  # a harness defect in the batch itself: one row, not the batch
+                    row = error_row(submission, f"the batch could not grade it: {exc!r}", 0.0, config)
+                rows[submission.id] = row
+                state.record(submission, digest, config, row)
+                summary.graded += 1
+                summary.errors += row["status"] == "error"
+                on_done(row)
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            for future in futures:
+                future.cancel()
+            running.cancel()
+    summary.rows = [rows[s.id] for s in submissions if s.id in rows]
+    if not summary.interrupted:
+        state.compact(s.id for s in submissions)
+    write_gradebook(out, summary.rows, config)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+# -- the child: `python -m retrylab.batch SUBMISSION RESULT.json` -----------------------------------
+
+def interrupt(signum, frame):
+    # Unwind like Ctrl-C: pytest stops, fixtures and sandboxes clean up (learner processes, Redis).
+    raise KeyboardInterrupt
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retrylab.batch",
+                                     description="grade one submission for `retrylab grade-batch`")
+    parser.add_argument("submission", type=Path)
+    parser.add_argument("result", type=Path, help="where to write the report as JSON")
+    parser.add_argument("--backend", default="fake")
+    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE)
+    parser.add_argument("--step-timeout", type=float)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupt)
+    from retrylab.grading import grade
+    report = grade(args.submission, backend=args.backend, exercise_id=args.exercise,
+                   step_timeout=args.step_timeout)
+    _write_atomically(args.result, json.dumps(dataclasses.asdict(report), ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,102 @@
+"""`retrylab grade-batch DIR`: grade every submission in DIR into a gradebook (CSV or JSON)."""
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from retrylab import exercise as exercises
+from retrylab.backends import BACKENDS, make_backend
+from retrylab.commands import UsageError
+
+# Each grading needs a Redis of its own: `url` names one shared server, so it is not offered here.
+PRIVATE_BACKENDS = sorted(name for name in BACKENDS if name != "url")
+FORMATS = (".csv", ".json")
+
+
+def register(subparsers) -> None:
+    batch = subparsers.add_parser(
+        "grade-batch", help="grade every submission in a directory into a gradebook (CSV or JSON)",
+        description="Every subdirectory of DIR is one submission, graded in its own process with its own "
+                    "private Redis. Re-running skips submissions that are unchanged since they were graded "
+                    "(a state file sits next to the gradebook), so an interrupted batch resumes. Exit status: "
+                    "0 the batch completed (whatever the grades), 2 bad arguments, 130 interrupted.")
+    batch.add_argument("directory", type=Path, metavar="DIR", help="a directory with one subdirectory per submission")
+    batch.add_argument("--out", type=Path, default=Path("gradebook.csv"), metavar="PATH",
+                       help="the gradebook: .csv or .json (default: gradebook.csv)")
+    batch.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                       help="grade N submissions at a time, each in its own process (default: 1)")
+    batch.add_argument("--backend", default="fake", choices=PRIVATE_BACKENDS,
+                       help="private Redis for each grading (default: fake, nothing to install)")
+    batch.add_argument("--shard", metavar="I/N",
+                       help="grade only shard I of N (a stable split by name hash, for CI matrices)")
+    batch.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="wall limit per submission (default: the sum of its steps' limits + 30 s)")
+    batch.add_argument("--step-timeout", type=float, metavar="SECONDS",
+                       help="time limit of every step (default: each step's own, from exercise.toml)")
+    batch.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+
+
+def validate(args):
+    from retrylab import batch
+    if not args.directory.is_dir():
+        raise UsageError(f"{args.directory} is not a directory")
+    if args.out.suffix.lower() not in FORMATS:
+        raise UsageError(f"--out {args.out}: the gradebook is written as .csv or .json")
+    if args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a directory")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    for name in ("timeout", "step_timeout"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"--{name.replace('_', '-')} {value:g}: give a positive number of seconds")
+    try:
+        shard = batch.parse_shard(args.shard) if args.shard else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    exercises.get(args.exercise)
+    make_backend(args.backend).probe()  # one line, exit 2, before anything is graded
+    return shard
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    from retrylab import batch
+    shard = validate(args)
+    config = batch.BatchConfig(backend=args.backend, exercise_id=args.exercise, step_timeout=args.step_timeout,
+                               timeout=args.timeout, jobs=args.jobs)
+    submissions = batch.select(batch.discover(args.directory), shard)
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(),
+                        TextColumn("ETA"), TimeRemainingColumn(), console=console)
+    task = progress.add_task("grading", total=len(submissions), errors=0)
+    errors = 0
+
+    def started(total: int, reused: int) -> None:
+        progress.reset(task, total=total, completed=reused, errors=0)  # the ETA's rate: this run's gradings
+
+    def done(row: dict) -> None:
+        nonlocal errors
+        errors += row["status"] == "error"
+        progress.update(task, advance=1, errors=errors)
+
+    # a CI job being cancelled (SIGTERM), like Ctrl-C: stop the gradings in flight, keep what is done
+    previous = signal.signal(signal.SIGTERM, batch.interrupt)
+    try:
+        with progress:
+            summary = batch.run_batch(submissions, config, args.out, on_start=started, on_done=done)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    where = f" (shard {args.shard})" if shard else ""
+    console.print(f"retrylab: {len(summary.rows)} submission(s){where}: {summary.graded} graded, "
+                  f"{summary.reused} unchanged, {summary.errors} error(s) in {summary.seconds:.1f} s "
+                  f"-> {args.out}", highlight=False, soft_wrap=True)
+    if summary.interrupted:
+        console.print("retrylab: interrupted; run the same command again to resume", highlight=False)
+        return 130
+    return 0

@@ -1,0 +1,129 @@
+"""Per-step time limits: each step has its own (exercise.toml `timeout`, or `--step-timeout`).
+
+A step's limit covers its setup (e.g. the shared worker run, for the step that triggers it) and its
+checks. Two mechanisms enforce it, so that an over-time step fails alone and nothing keeps running:
+
+- learner runs are bounded by the time the step has left (`LearnerRunner` asks `remaining()`), so
+  the sandbox kills the learner's process group itself and the run returns normally, cut short;
+- a SIGALRM timer (main thread only) stops check code that overruns, by raising `StepTimeLimit`
+  (a `CheckFailed`) inside it. While a learner run is in progress the alarm waits: the run is
+  already bounded and cleans up after itself; interrupting it would only lose what it observed.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+
+from retrylab.verdict import CheckFailed
+
+# A learner run ends this long before the step's deadline: time to stop its process group
+# (SIGTERM, then SIGKILL after half a second) and collect what it did.
+RUN_MARGIN = 0.75
+# How often a deferred alarm looks again while a learner run finishes.
+_RECHECK = 0.1
+
+
+class StepTimeLimit(CheckFailed):
+    """The step did not finish within its time limit."""
+
+    def __init__(self, message: str, key):
+        super().__init__(message)
+        self.key = key
+
+
+def describe_limit(label: str, limit: float) -> str:
+    return f"{label} did not finish within its {limit:g} s limit"
+
+
+class StepClock:
+    """The time limit of the check being run, and what each step has spent of its own limit."""
+
+    def __init__(self, override: float | None = None):
+        self.override = override
+        self._spent: dict = {}
+        self._key = None
+        self._label = ""
+        self._limit = 0.0
+        self._deadline: float | None = None
+        self._cut: list[str] = []       # what the limit stopped in the current phase
+        self._shield = 0
+        self.timings: list = []         # RunTiming of each learner run in the current phase
+
+    # -- the current phase --------------------------------------------------------------------
+    def limit_of(self, step) -> float:
+        return float(self.override if self.override is not None else step.timeout)
+
+    @contextlib.contextmanager
+    def phase(self, key, label: str, limit: float, *, alarm_grace: float = 0.0):
+        """Time one pytest phase (setup or call) of a check against its step's limit.
+
+        `alarm_grace` delays the alarm past the deadline (setup: the runner enforces the deadline on
+        learner runs; the alarm there is only a backstop against a harness hang)."""
+        self._key, self._label, self._limit = key, label, limit
+        self._cut = []
+        self.timings = []
+        started = time.monotonic()
+        self._deadline = started + max(0.0, limit - self._spent.get(key, 0.0))
+        try:
+            with self._alarm(self._deadline + alarm_grace):
+                yield
+        finally:
+            self._spent[key] = self._spent.get(key, 0.0) + time.monotonic() - started
+            self._deadline = None
+
+    def remaining(self) -> float | None:
+        """Seconds the current step has left, or None outside a timed phase."""
+        if self._deadline is None:
+            return None
+        return self._deadline - time.monotonic()
+
+    def spent(self, key) -> float:
+        return self._spent.get(key, 0.0)
+
+    def over(self, key, limit: float) -> bool:
+        return self._spent.get(key, 0.0) > limit or bool(self._cut)
+
+    def cut(self, what: str) -> None:
+        """A learner run was stopped because the step's time ran out (called by the runner)."""
+        self._cut.append(what)
+
+    def message(self) -> str:
+        text = describe_limit(self._label, self._limit)
+        if self._cut:
+            text += ": " + "; ".join(self._cut)
+        return text + "."
+
+    # -- enforcement in check code --------------------------------------------------------------
+    @contextlib.contextmanager
+    def shielded(self):
+        """A learner run is in progress: it is bounded by `remaining()` and stops itself."""
+        self._shield += 1
+        try:
+            yield
+        finally:
+            self._shield -= 1
+
+    @contextlib.contextmanager
+    def _alarm(self, at: float):
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            yield  # no signals here: learner runs are still bounded, and overruns are judged after
+            return
+
+        def on_alarm(signum, frame):
+            if self._shield:
+                signal.setitimer(signal.ITIMER_REAL, _RECHECK)
+                return
+            raise StepTimeLimit(self.message(), self._key)
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        started = time.monotonic()
+        other, _ = signal.setitimer(signal.ITIMER_REAL, max(0.001, at - started))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if other:  # someone else's timer (e.g. a test runner's) was running: give it back
+                signal.setitimer(signal.ITIMER_REAL, max(0.001, other - (time.monotonic() - started)))
