@@ -77,9 +77,12 @@ class RedisServerProcess:
             if self._proc.poll() is not None:
                 return False
             try:
-                if endpoint.client(socket_connect_timeout=0.2).ping():
-                    return True
-            except redis.ConnectionError:
+                # Only our own process counts: between probing the port and binding it, another server (a
+                # parallel grader's redis-server, a proxy, a fake server) may have taken it; our redis-server
+                # then exits, but until it does a ping would be answered by the stranger.
+                with endpoint.client(socket_connect_timeout=0.2) as client:
+                    return client.info("server").get("process_id") == self._proc.pid
+            except redis.RedisError:
                 time.sleep(0.01)
         return False
 
