@@ -1,6 +1,6 @@
 """How fast retrylab grades: prints markdown tables.
 
-    python bench/grade_bench.py                 # everything (about 3-4 minutes on 2 cores)
+    python bench/grade_bench.py                 # everything (about 6 minutes on 2 cores)
     python bench/grade_bench.py --batch 0       # skip the batch throughput part
     python bench/grade_bench.py --wait-load 1.0 # first wait (up to 10 min) for a quieter machine
 
@@ -23,6 +23,7 @@ import csv
 import io
 import itertools
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,6 +48,11 @@ def load() -> str:
 def retrylab_command() -> list[str]:
     script = Path(sys.executable).with_name("retrylab")  # the console script, as a user runs it
     return [str(script)] if script.exists() else [sys.executable, "-m", "retrylab"]
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process waited for, down the tree
+    return usage.ru_utime + usage.ru_stime
 
 
 def wall(command: list[str], **kwargs) -> float:
@@ -90,8 +96,9 @@ def make_batch(root: Path, count: int) -> dict[str, corpus.CorpusEntry]:
 
 
 def batch_throughput(count: int) -> list[str]:
-    lines = ["| jobs | submissions | wall s | submissions/min | speed-up | verdicts as expected | load (1 min) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| jobs | submissions | wall s | submissions/min | speed-up | CPU s per submission | cores busy "
+             "| verdicts as expected | load (1 min) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     notes = []
     slugs = {s.number: s.slug for s in exercises.get(exercises.DEFAULT_EXERCISE).steps}
     with tempfile.TemporaryDirectory(prefix="retrylab-bench-") as tmp:
@@ -100,9 +107,10 @@ def batch_throughput(count: int) -> list[str]:
         base = None
         for jobs in (1, 2):
             out = Path(tmp) / f"gradebook-{jobs}.csv"
-            before = load()
+            before, cpu = load(), children_cpu()
             seconds = wall(retrylab_command() + ["grade-batch", str(Path(tmp) / "submissions"),
                                                  "--jobs", str(jobs), "--out", str(out)])
+            cpu = children_cpu() - cpu
             with out.open(newline="") as f:
                 rows = {r["id"]: r for r in csv.DictReader(f)}
             agree = 0
@@ -117,7 +125,11 @@ def batch_throughput(count: int) -> list[str]:
             base = base or rate
             target = "" if jobs == 1 else (" (target 1.6x: met)" if rate / base >= 1.6 else " (target 1.6x: missed)")
             lines.append(f"| {jobs} | {count} ({kinds} correct) | {seconds:.1f} | {rate:.1f} | "
-                         f"{rate / base:.2f}x{target} | {agree}/{count} | {before} -> {load()} |")
+                         f"{rate / base:.2f}x{target} | {cpu / count:.2f} | {cpu / seconds:.2f} | {agree}/{count} "
+                         f"| {before} -> {load()} |")
+    lines += ["", "CPU s: user+system time of every process of the batch (graders, learner scripts, Redis). "
+              f"Cores busy = CPU s / wall s ({os.cpu_count()} is all of this machine; what other programs "
+              "use is not counted, the load average shows it)."]
     return lines + ([""] + notes if notes else [])
 
 

@@ -120,16 +120,15 @@ class LearnerRunner:
             # a server the user named (url backend) may need them; the proxy relays bytes as they are
             env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
                         (("username", endpoint.username), ("password", endpoint.password)) if v})
-            condition = None
-            if stop_when:
-                def condition() -> bool:
-                    if stop_when(progress):
-                        progress.stopped_at = time.monotonic()
-                        return True
-                    return False
+
+            def settled() -> bool:  # stop_when, noting when it said yes (for RunTiming.settle)
+                if stop_when(progress):
+                    progress.stopped_at = time.monotonic()
+                    return True
+                return False
             prepared, wall_start = time.monotonic(), time.time()
             with self.clock.shielded() if self.clock else contextlib.nullcontext():
-                result = sandbox.run(script, env=env, timeout=timeout, stop_when=condition)
+                result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled if stop_when else None)
             done = ScriptRun(result=result, calls=tuple(calllog.calls()), commands=tuple(proxy.commands()))
             finished = time.monotonic()
         first = done.commands[0].at - wall_start if done.commands else None
