@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -107,6 +108,9 @@ class Backend:
     """A kind of Redis the checks run against. `private()` gives one check a private, empty Redis."""
 
     name = ""
+    # True when two private Redis may be in use at once without seeing each other's keys (checks may
+    # then run learner scripts alongside each other); False when they share one server or database.
+    independent_privates = False
 
     def start(self) -> None:
         """Prepare (may raise BackendUnavailable); called once per grading."""
@@ -129,6 +133,7 @@ class FakeBackend(Backend):
     state (and no client still blocked from an earlier run) can leak from one check into another."""
 
     name = "fake"
+    independent_privates = True
 
     @contextlib.contextmanager
     def private(self):
@@ -141,32 +146,50 @@ class FakeBackend(Backend):
 
 
 class RedisServerBackend(Backend):
-    """A private redis-server process for the whole grading; emptied for each check."""
+    """Private redis-server processes for the whole grading, each emptied for every check that uses it.
+
+    One process serves the checks run one after another; a check's private Redis taken while another
+    is in use (work run alongside, see `independent_privates`) gets a second process, started then
+    and kept for reuse, so no two private Redis ever share a server."""
 
     name = "redis-server"
+    independent_privates = True
 
     def __init__(self):
-        self._server: RedisServerProcess | None = None
-        self._endpoint: Endpoint | None = None
+        self._lock = threading.Lock()
+        self._servers: list[RedisServerProcess] = []
+        self._idle: list[Endpoint] = []
 
     def start(self) -> None:
-        self._server = RedisServerProcess()
-        self._endpoint = self._server.start()
+        self._idle.append(self._start_one())
+
+    def _start_one(self) -> Endpoint:
+        server = RedisServerProcess()
+        endpoint = server.start()       # raises BackendUnavailable; then there is nothing to stop
+        with self._lock:
+            self._servers.append(server)
+        return endpoint
 
     def stop(self) -> None:
-        if self._server:
-            self._server.stop()
+        with self._lock:
+            servers, self._servers, self._idle = self._servers, [], []
+        for server in servers:
+            server.stop()
 
     @contextlib.contextmanager
     def private(self):
-        client = self._endpoint.client()
-        # the server is ours alone: disconnect whatever an earlier check's scripts left, then empty it
-        client.client_kill_filter(_type="normal", skipme=True)
-        client.flushall()
+        with self._lock:
+            endpoint = self._idle.pop() if self._idle else None
+        endpoint = endpoint or self._start_one()
         try:
-            yield self._endpoint
+            with endpoint.client() as client:
+                # the server is ours alone: disconnect what an earlier check's scripts left, then empty it
+                client.client_kill_filter(_type="normal", skipme=True)
+                client.flushall()
+                yield endpoint
         finally:
-            client.close()
+            with self._lock:
+                self._idle.append(endpoint)
 
 
 CLAIM_KEY = "retrylab:claim"   # in the database a `url` grading uses: whose it is, until when

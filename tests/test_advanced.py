@@ -8,7 +8,10 @@ import json
 import secrets
 import subprocess
 import sys
+import threading
+import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -337,3 +340,58 @@ def test_strict_cli_fails_a_lab_correct_submission_on_an_advanced_check(tmp_path
     alert = next(t for name, t in by_name.items() if name.startswith("advanced:dlq-alert"))
     assert alert["status"] == "fail" and "task_id" not in alert
     assert results["status"] == "pass"
+
+
+# -- the advanced run, begun beside the lab steps' worker run ---------------------------------------------------------
+
+def _processes_named(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("backend", ["fake", "redis-server"])
+def test_the_advanced_run_goes_beside_the_lab_run_and_ends_with_the_grading(backend, tmp_path):
+    """Both worker runs at once; a grading that stops early (-x after step 1's time limit) stops the
+    advanced run too, instead of leaving it running in a thread after pytest returns."""
+    marker = f"never-settles-{secrets.token_hex(8)}"
+    folder = corpus.load(corpus.SUBMISSIONS / "correct" / "envelope-format").materialize(tmp_path / "submission")
+    # re-executes itself with the marker in its command line (so it can be found), then changes Redis
+    # every second, so neither worker run ever settles
+    (folder / "worker.py").write_text(
+        f"import os, sys, redis\nif sys.argv[1:] != [{marker!r}]:\n"
+        f"    os.execv(sys.executable, [sys.executable, sys.argv[0], {marker!r}])\n"
+        "r = redis.Redis()\nwhile True:\n    r.rpush('tick', 1)\n    r.blpop('nothing-comes', timeout=1)\n")
+    exercise = exercises.get(exercises.DEFAULT_EXERCISE)
+    seen: set[int] = set()
+    at_once = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            running = _processes_named(marker)
+            seen.update(running)
+            at_once.append(len(running))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        exit_code = pytest.main([str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"),
+                                 "--rootdir", str(exercises.CHECKS_DIR), "-p", "retrylab.plugin",
+                                 "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-x",
+                                 "--solution", str(folder), "--backend", backend, "--step-timeout=3"])
+        left = _processes_named(marker)
+    finally:
+        done.set()
+        watcher.join()
+    assert exit_code == pytest.ExitCode.TESTS_FAILED
+    assert len(seen) == 2 and max(at_once) == 2   # the lab's worker run and the advanced one, together
+    assert left == []

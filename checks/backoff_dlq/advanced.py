@@ -4,8 +4,9 @@ Advanced checks go beyond the lab's text (seed 000's "what to retry" list and it
 mistakes); they are reported apart and never change the lab's result. They read `advanced_run`
 (session-scoped, made once per grading like `worker_run`): ONE extra run of the learner's worker on
 its own private Redis, and the two runs of alert.py (DLQ empty, DLQ with 3 entries). Where each
-private Redis is a server of its own (the fake backend), the alert runs go on while the worker
-runs: the grading pays for one learner run's start instead of three.
+private Redis is a server of its own (`independent_privates`: fake, redis-server), all of it goes on
+while the lab steps' worker run does (`start_early`), and the alert runs beside this worker run: a
+grading waits about as long as for one worker run instead of four learner runs one after another.
 
 For the worker run:
 
@@ -140,12 +141,14 @@ class AdvancedRun:
         return [v for v in (self.dlq.values if self.dlq else ()) if message["id"].encode() in v]
 
 
-def _settled(batch: list[dict]):
+def _settled(batch: list[dict], cancelled: threading.Event):
     # The same notion of "settled" as worker_run's (imported here: conftest.py imports this module).
     from retrylab.checks.backoff_dlq.conftest import LONG_QUIET, QUIET, RETRIES_FOREVER
     ids = [m["id"] for m in batch]
 
     def stop(progress: Progress) -> bool:
+        if cancelled.is_set():
+            return True                      # the grading ended (interrupted, or a step's limit) first
         calls = progress.calls()
         counts = Counter(c.id for c in calls)
         if counts and max(counts.values()) > RETRIES_FOREVER:
@@ -172,7 +175,7 @@ def _settled(batch: list[dict]):
     return stop
 
 
-def run_alerts(learner, redis_backend) -> tuple[AlertRun, ...]:
+def run_alerts(learner, redis_backend, cancelled: threading.Event) -> tuple[AlertRun, ...]:
     """`python alert.py` against one private Redis: with the DLQ empty, then with ALERT_DEPTH entries."""
     runs = []
     with redis_backend.private() as endpoint, endpoint.client() as client:
@@ -183,58 +186,102 @@ def run_alerts(learner, redis_backend) -> tuple[AlertRun, ...]:
                                                                     error="kind=bad is rejected by taskproc")
                                              for _ in range(entries)))
             run = learner.run("alert.py", endpoint, timeout=ALERT_TIMEOUT,
-                              stop_when=lambda progress: progress.quiet_for() > ALERT_QUIET)
+                              stop_when=lambda progress: cancelled.is_set() or progress.quiet_for() > ALERT_QUIET)
             left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else None
             runs.append(AlertRun(entries=entries, run=run, left=left))
-            if run.missing:
+            if run.missing or cancelled.is_set():
                 break
     return tuple(runs)
 
 
-def _alerts_alongside(learner, redis_backend):
-    """Start the alert runs in a thread when private Redis servers are independent; a function that
-    returns their results (running them there and then otherwise)."""
-    if getattr(redis_backend, "name", "") != "fake":
-        # the other backends empty one shared server (or database) for each private Redis
-        return lambda: run_alerts(learner, redis_backend)
+class Alongside:
+    """`work(cancelled)` run in a thread of its own, beside what the checks do meanwhile.
+
+    `result()` waits for it and returns its value (or raises its exception) in the caller's thread;
+    `stop()` asks the work to end (its learner runs treat `cancelled` as "settled") and waits for it,
+    so nothing of it outlives the grading's private Redis. Learner runs in here are bounded by their
+    own timeouts, not by a step's time limit (that clock belongs to the main thread): the step that
+    asks for the result is, as it waits."""
+
+    def __init__(self, work, name: str, cancelled: threading.Event | None = None):
+        self.cancelled = cancelled or threading.Event()
+        self._outcome: dict = {}
+
+        def target():
+            try:
+                self._outcome["value"] = work(self.cancelled)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that asks for the result
+                self._outcome["error"] = exc
+
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+        return self._outcome["value"]
+
+    def stop(self) -> None:
+        self.cancelled.set()
+        self._thread.join()
+
+
+def _unclocked(learner):
     alone = copy.copy(learner)
-    alone.clock = None      # the step's clock is the main thread's; these runs are bounded by their timeout
-    outcome: dict = {}
+    alone.clock = None
+    return alone
 
-    def work():
-        try:
-            outcome["runs"] = run_alerts(alone, redis_backend)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
-            outcome["error"] = exc
 
-    thread = threading.Thread(target=work, name="retrylab-alert-runs", daemon=True)
-    thread.start()
+def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
+    from retrylab.checks.backoff_dlq.conftest import RUN_TIMEOUT
+    alerts = None
+    if redis_backend.independent_privates:  # else one server (or database) is emptied for each private Redis
+        alerts = Alongside(lambda c: run_alerts(_unclocked(learner), redis_backend, c), "retrylab-alert-runs",
+                           cancelled)
+    try:
+        batch = advanced_batch()
+        preseeded = messages.new_message("bad")
+        entry = messages.lab_dlq_entry(preseeded, first_seen_at=time.time() - 3600,
+                                       error=f"task {preseeded['id']}: kind=bad is rejected by taskproc").encode()
+        with redis_backend.private() as endpoint, endpoint.client() as client:
+            client.rpush(messages.DLQ, entry)
+            client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
+            seeded_at = time.time()
+            run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch, cancelled))
+            content = keyspace.dump(client)
+        alert_runs = alerts.result() if alerts else run_alerts(learner, redis_backend, cancelled)
+    except BaseException:
+        if alerts:
+            alerts.stop()   # nothing of this run may outlive it (a step's time limit, Ctrl-C)
+        raise
+    return AdvancedRun(seeded=tuple(batch), preseeded=preseeded, preseeded_entry=entry, run=run,
+                       keys=content, seeded_at=seeded_at, alerts=alert_runs)
 
-    def result() -> tuple[AlertRun, ...]:
-        thread.join()
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["runs"]
 
-    return result
+_EARLY = pytest.StashKey[Alongside]()
+
+
+def start_early(request, learner, redis_backend) -> None:
+    """Begin the advanced run now, beside the lab steps' worker run, when the grading includes advanced
+    checks and the two runs can use private Redis at once: a grading then waits for one worker run
+    instead of two. Called from the session fixture of that worker run; stopped when the session ends."""
+    config = request.config
+    if (_EARLY in config.stash or not redis_backend.independent_privates
+            or not any(item.get_closest_marker("advanced") for item in request.session.items)):
+        return
+    early = Alongside(lambda cancelled: _observe(_unclocked(learner), redis_backend, cancelled),
+                      "retrylab-advanced-run")
+    config.stash[_EARLY] = early
+    request.addfinalizer(early.stop)
 
 
 @pytest.fixture(scope="session")
-def advanced_run(learner, redis_backend) -> AdvancedRun:
-    from retrylab.checks.backoff_dlq.conftest import RUN_TIMEOUT
-    alerts = _alerts_alongside(learner, redis_backend)
-    batch = advanced_batch()
-    preseeded = messages.new_message("bad")
-    entry = messages.lab_dlq_entry(preseeded, error=f"task {preseeded['id']}: kind=bad is rejected by taskproc",
-                                   first_seen_at=time.time() - 3600).encode()
-    with redis_backend.private() as endpoint, endpoint.client() as client:
-        client.rpush(messages.DLQ, entry)
-        client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
-        seeded_at = time.time()
-        run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch))
-        content = keyspace.dump(client)
-    return AdvancedRun(seeded=tuple(batch), preseeded=preseeded, preseeded_entry=entry, run=run,
-                       keys=content, seeded_at=seeded_at, alerts=alerts())
+def advanced_run(learner, redis_backend, pytestconfig) -> AdvancedRun:
+    early = pytestconfig.stash.get(_EARLY, None)
+    if early is not None:
+        return early.result()
+    return _observe(learner, redis_backend, threading.Event())
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from retrylab import keyspace
 from retrylab.fixtures import messages
 from retrylab.runner import Progress, ScriptRun
 
+from retrylab.checks.backoff_dlq import advanced
 from retrylab.checks.backoff_dlq.advanced import advanced_run  # noqa: F401 - a session fixture: the advanced checks' shared run
 
 RUN_TIMEOUT = 15.0          # seconds of real time a worker run may take
@@ -70,7 +71,8 @@ def _settled(batch: list[dict]):
 
 
 @pytest.fixture(scope="session")
-def worker_run(learner, redis_backend) -> WorkerRun:
+def worker_run(request, learner, redis_backend) -> WorkerRun:
+    advanced.start_early(request, learner, redis_backend)   # the advanced checks' own worker run, meanwhile
     batch = messages.worker_batch()
     bad = next(m for m in batch if m["kind"] == "bad")
     with redis_backend.private() as endpoint, endpoint.client() as client:
