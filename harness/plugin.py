@@ -54,6 +54,11 @@ def pytest_configure(config):
     if override is not None and not override > 0:
         raise pytest.UsageError("--step-timeout must be a positive number of seconds")
     config.stash[CLOCK] = StepClock(override)
+    if config.getoption("--solution") and config.option.tbstyle == "auto":
+        # pytest's default ("long") traceback of a failed check shows each frame's arguments through
+        # repr(): a session fixture holding what a learner stored (a 20 MB value, say) would be turned
+        # into a string of several times that size, for every failed check. "short" shows no arguments.
+        config.option.tbstyle = "short"
     lang = config.getoption("retrylab_lang")
     if lang or config.getoption("--solution"):  # grading: messages in the chosen language
         config.stash[LANGUAGE] = i18n.activate(i18n.resolve(lang))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,23 @@ def test_plain_pytest_runs_the_same_checks():
     lab_checks = len(list(checks.glob("test_step*.py"))) + 1  # step 2 has two checks
     advanced_checks = len(list(checks.glob("test_advanced_*.py")))
     assert f"{lab_checks + advanced_checks} passed" in done.stdout
+
+
+def test_a_failed_check_does_not_repr_what_its_fixtures_hold(tmp_path):
+    """pytest's default traceback shows each frame's arguments through repr(): a shared run holding a
+    learner's 20 MB value would be expanded for every failed check (seen: 5 s and 800 MB a grading)."""
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    (checks / "test_huge.py").write_text(
+        "import pytest\nfrom retrylab.verdict import CheckFailed\n"
+        "import pathlib\nclass Huge:\n    def __repr__(self):\n"
+        f"        pathlib.Path({str(tmp_path / 'repr-called')!r}).touch()\n        return 'Huge'\n"
+        "@pytest.fixture(scope='session')\ndef huge():\n    return Huge()\n"
+        "def test_fails(huge):\n    raise CheckFailed('expected this, observed that')\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", str(checks), "-p", "retrylab.plugin", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", "--solution", str(REFERENCE), "-q", "--rootdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "1 failed" in done.stdout, done.stdout + done.stderr
+    assert "expected this, observed that" in done.stdout
+    assert not (tmp_path / "repr-called").exists()
