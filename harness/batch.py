@@ -11,6 +11,10 @@ line, so an interrupted batch loses at most the submissions being graded; a torn
 ignored. A re-run skips submissions whose content and configuration (harness version, exercise,
 backend, step limit) are unchanged and whose row is a grade (pass/fail); errors are graded again.
 At the end the journal is compacted (written to a temporary file, then renamed over it).
+
+The gradings, the reasons of error rows and the summary are in the batch's language (`lang`, as
+`retrylab check --lang`); a row reused from the journal holds no text of its own (only pass/fail
+rows are reused, and their reason is empty), so the language is not part of the configuration.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from retrylab import __version__
+from retrylab import __version__, i18n
 from retrylab import exercise as exercises
 
 STATE_SUFFIX = ".state.jsonl"
@@ -57,6 +61,7 @@ class BatchConfig:
     step_timeout: float | None = None
     timeout: float | None = None     # per-submission wall limit; None: the steps' limits + OVERHEAD
     jobs: int = 1
+    lang: str = i18n.DEFAULT         # of the reports and the reasons in the gradebook
 
     @property
     def exercise(self) -> exercises.Exercise:
@@ -159,8 +164,9 @@ def row_from_report(submission: Submission, report: dict, seconds: float, config
         row.update(status="error", reason=_one_line(report["harness_error"]))
     elif ungraded:
         step, result = ungraded[0]
-        why = result["message"] if result else "it did not run"
-        row.update(status="error", reason=_one_line(f"the harness could not grade step {step.number}: {why}"))
+        why = result["message"] if result else i18n.label("batch.did_not_run", config.lang)
+        reason = i18n.label("batch.step_ungraded", config.lang, number=step.number, why=why)
+        row.update(status="error", reason=_one_line(reason))
     else:
         total = sum(s.weight for s in exercise.steps)
         earned = sum(s.weight for s, r in zip(exercise.steps, lab) if r["status"] == "pass")
@@ -311,7 +317,7 @@ def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Pa
     result = workdir / f"{hashlib.sha256(submission.id.encode()).hexdigest()[:16]}.json"
     errlog = result.with_suffix(".stderr")
     command = [sys.executable, "-m", "retrylab.batch", str(submission.path), str(result),
-               "--backend", config.backend, "--exercise", config.exercise_id]
+               "--backend", config.backend, "--exercise", config.exercise_id, "--lang", config.lang]
     if config.step_timeout is not None:
         command += ["--step-timeout", repr(config.step_timeout)]
     limit = config.wall_limit()
@@ -331,20 +337,25 @@ def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Pa
         finally:
             running.discard(proc)
     seconds = time.monotonic() - started
+    lang = config.lang  # labels are given it: this runs in a pool's thread, outside the caller's i18n.use
     if running.cancelled:
-        return error_row(submission, "the batch was interrupted while this submission was being graded",
-                         seconds, config)
+        return error_row(submission, i18n.label("batch.interrupted", lang), seconds, config)
     if timed_out:
-        return error_row(submission, f"grading did not finish within {limit:g} s and was stopped", seconds, config)
+        return error_row(submission, i18n.label("batch.wall_limit", lang, limit=limit), seconds, config)
     try:
         report = json.loads(result.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        tail = _tail(errlog)
-        how = (f"was killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
-               else f"exited with status {proc.returncode}")
-        return error_row(submission, f"the grading process {how} without a report" + (f": {tail}" if tail else ""),
-                         seconds, config)
+        return error_row(submission, _no_report(proc.returncode, _tail(errlog), lang), seconds, config)
     return row_from_report(submission, report, seconds, config)
+
+
+def _no_report(returncode: int, tail: str, lang: str) -> str:
+    """Why a grading process gave no report: how it ended, and the last line it wrote to stderr."""
+    if returncode < 0:
+        reason = i18n.label("batch.killed", lang, signal=signal.Signals(-returncode).name)
+    else:
+        reason = i18n.label("batch.exited", lang, status=returncode)
+    return i18n.label("batch.detail", lang, reason=reason, detail=tail) if tail else reason
 
 
 def _tail(path: Path, limit: int = 2000) -> str:
@@ -404,7 +415,7 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
                 try:
                     row = future.result()
                 except Exception as exc:  # a harness defect in the batch itself: one row, not the batch
-                    row = error_row(submission, f"the batch could not grade it: {exc!r}", 0.0, config)
+                    row = error_row(submission, i18n.label("batch.crashed", config.lang, error=repr(exc)), 0.0, config)
                 rows[submission.id] = row
                 state.record(submission, digest, config, row)
                 summary.graded += 1
@@ -438,11 +449,12 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="fake")
     parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE)
     parser.add_argument("--step-timeout", type=float)
+    parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, interrupt)
     from retrylab.grading import grade
     report = grade(args.submission, backend=args.backend, exercise_id=args.exercise,
-                   step_timeout=args.step_timeout)
+                   step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
     _write_atomically(args.result, json.dumps(dataclasses.asdict(report), ensure_ascii=False))
     return 0
 

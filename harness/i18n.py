@@ -291,6 +291,21 @@ def ltr_lines(text: str, lang: str | None = None) -> str:
     return "\n".join(LRM + line if line.strip() else line for line in text.split("\n"))
 
 
+def width(text: str) -> int:
+    """Columns a terminal gives ``text``: wide CJK characters take two, marks and controls none."""
+    columns = 0
+    for char in text:
+        if unicodedata.combining(char) or unicodedata.category(char) == "Cf":
+            continue
+        columns += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return columns
+
+
+def pad(text: str, columns: int) -> str:
+    """``text`` followed by spaces up to ``columns`` terminal columns (labels in a column)."""
+    return text + " " * max(0, columns - width(text))
+
+
 def truncate(text: str, limit: int, ellipsis: str = "\u2026") -> str:
     """``text`` cut to at most ``limit`` characters, ending in ``ellipsis``, with every isolate or
     embedding the cut left open closed again."""

@@ -15,7 +15,9 @@ import contextlib
 import signal
 import threading
 import time
+from typing import Sequence
 
+from retrylab import i18n
 from retrylab.verdict import CheckFailed
 
 # A learner run ends this long before the step's deadline: time to stop its process group
@@ -33,8 +35,19 @@ class StepTimeLimit(CheckFailed):
         self.key = key
 
 
-def describe_limit(label: str, limit: float) -> str:
-    return f"{label} did not finish within its {limit:g} s limit"
+def describe_limit(label: str, limit: float, cut: Sequence[str] = ()) -> str:
+    """The verdict on a step that overran its limit (in the current language), with what the limit
+    stopped in it."""
+    if cut:
+        return i18n.label("limits.step_cut", label=label, limit=limit, cut="; ".join(cut))
+    return i18n.label("limits.step", label=label, limit=limit)
+
+
+def step_label(step) -> str:
+    """How a verdict names a step or an advanced check: "step 4", "advanced check dlq-alert"."""
+    if step.number is not None:
+        return i18n.label("report.step", number=step.number)
+    return i18n.label("limits.advanced_label", name=step.slug)
 
 
 class StepClock:
@@ -90,10 +103,7 @@ class StepClock:
         self._cut.append(what)
 
     def message(self) -> str:
-        text = describe_limit(self._label, self._limit)
-        if self._cut:
-            text += ": " + "; ".join(self._cut)
-        return text + "."
+        return describe_limit(self._label, self._limit, self._cut)
 
     # -- enforcement in check code --------------------------------------------------------------
     @contextlib.contextmanager

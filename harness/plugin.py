@@ -15,7 +15,7 @@ import pytest
 from retrylab import exercise as exercises
 from retrylab import i18n
 from retrylab.backends import BackendUnavailable, make_backend, BACKENDS
-from retrylab.limits import StepClock, StepTimeLimit
+from retrylab.limits import StepClock, StepTimeLimit, step_label
 from retrylab.runner import LearnerRunner
 from retrylab.verdict import CheckFailed
 
@@ -160,8 +160,7 @@ def _timed(item) -> tuple[int | str, str, float] | None:
         meta = exercise.check(key)
     except KeyError:
         return None
-    label = f"step {meta.number}" if meta.number is not None else f"advanced check {meta.slug}"
-    return key, label, item.config.stash[CLOCK].limit_of(meta)
+    return key, step_label(meta), item.config.stash[CLOCK].limit_of(meta)
 
 
 def _step_limit(item, alarm_grace: float = 0.0):
@@ -205,7 +204,6 @@ def pytest_runtest_makereport(item, call):
         report.user_properties.append((TIMING_KEY, [dataclasses.asdict(t) for t in clock.timings]))
     if call.excinfo is not None and call.excinfo.errisinstance(StepTimeLimit) and call.excinfo.value.key != key:
         # a session fixture (the shared worker run) was stopped by the step that started it
-        _verdict(report, f"{label} could not be judged: what it shares with another step was stopped there "
-                         f"({call.excinfo.value.message})")
+        _verdict(report, i18n.label("limits.shared", label=label, message=call.excinfo.value.message))
     elif clock.over(key, limit) and not report.skipped:
         _verdict(report, clock.message())

@@ -16,7 +16,7 @@ from typing import Callable
 
 import redis
 
-from retrylab import keyspace
+from retrylab import i18n, keyspace
 from retrylab.backends import Endpoint
 from retrylab.calllog import Call, CallLog
 from retrylab.limits import RUN_MARGIN, StepClock
@@ -137,5 +137,5 @@ class LearnerRunner:
         if self.clock:
             self.clock.timings.append(timing)
             if by_step_limit and result.stopped == "timeout":
-                self.clock.cut(f"{script} was still running when the limit was reached, and was stopped")
+                self.clock.cut(i18n.label("run.cut", script=script))
         return dataclasses.replace(done, timing=timing)

@@ -22,7 +22,8 @@ on what the machine allows (`containment()` says what applies here):
   one can be made, and says when the bound was hit; as root without either, the supervisor counts
   them itself. Not root (a learner's own machine): RLIMIT_NPROC above the tasks the user runs.
 - Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
-  named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit").
+  named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit"), in
+  the language current when the script ran and when it is described (retrylab.i18n).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from retrylab import i18n
 from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, _kill, descendants,
                                  processes_of_uid)
 
@@ -79,19 +81,24 @@ class Limits:
     open_files: int = 1024
 
     def phrase(self, limit: str) -> str:
-        """How a learner is told which limit their script hit."""
-        return {"memory": f"the {_size(self.memory_bytes)} memory limit",
-                "cpu": f"the {self.cpu_seconds} s CPU time limit",
-                "file size": f"the {_size(self.file_bytes)} file size limit",
-                "processes": f"the limit of {self.processes} processes"}[limit]
+        """How a learner is told which limit their script hit (in the current language)."""
+        if limit == "memory":
+            return i18n.label("limits.memory", size=_size(self.memory_bytes))
+        if limit == "cpu":
+            return i18n.label("limits.cpu", seconds=self.cpu_seconds)
+        if limit == "file size":
+            return i18n.label("limits.file_size", size=_size(self.file_bytes))
+        if limit == "processes":
+            return i18n.label("limits.processes", count=self.processes)
+        raise KeyError(limit)
 
 
 def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):  # unit symbols: the same in every language
         if n >= 1 << shift:
             value = n / (1 << shift)
             return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{n} bytes"
+    return i18n.label("limits.bytes", count=n)
 
 
 class CappedBuffer:
@@ -116,7 +123,7 @@ class CappedBuffer:
                 self.dropped += excess
 
     def text(self) -> str:
-        middle = f"\n[... {self.dropped} bytes not shown ...]\n" if self.dropped else ""
+        middle = f"\n{i18n.label('run.not_shown', count=self.dropped)}\n" if self.dropped else ""
         return (bytes(self._head).decode("utf-8", "replace") + middle
                 + bytes(self._tail).decode("utf-8", "replace"))
 
@@ -129,7 +136,8 @@ class ScriptResult:
     stdout: str
     stderr: str
     seconds: float
-    limit: str | None = None    # the resource limit it hit, as a learner reads it ("the 1 GiB memory limit")
+    limit: str | None = None    # the resource limit it hit, as a learner reads it ("the 1 GiB memory limit"),
+                                # in the language current when it ran
     peak_processes: int | None = None
 
     @property
@@ -137,22 +145,21 @@ class ScriptResult:
         return self.stopped is None and self.returncode not in (0, None)
 
     def describe(self) -> str:
+        """How the script ended, for a learner, in the current language (i18n.use)."""
+        facts = dict(script=self.script, limit=self.limit, seconds=self.seconds)
         if self.limit and (self.crashed or self.stopped == "timeout"):
-            text = f"{self.script} was stopped: it exceeded {self.limit}"
-            if self.stopped == "timeout":
-                text += f", and was still running after {self.seconds:.0f} s"
-            return text
+            return i18n.label("run.limit_timeout" if self.stopped == "timeout" else "run.limit", **facts)
         if self.stopped == "timeout":
-            text = f"{self.script} was still running after {self.seconds:.0f} s and was stopped"
+            text = i18n.label("run.timeout", **facts)
         elif self.stopped == "settled":
-            text = (f"{self.script} was stopped once nothing it did changed any more "
-                    f"(a worker that runs forever is fine)")
+            text = i18n.label("run.settled", **facts)
         elif self.returncode is not None and self.returncode < 0:
-            name = signal.Signals(-self.returncode).name if -self.returncode in signal.Signals._value2member_map_ else self.returncode
-            text = f"{self.script} was killed by {name}"
+            number = -self.returncode
+            name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else self.returncode
+            text = i18n.label("run.killed", signal=name, **facts)
         else:
-            text = f"{self.script} exited with status {self.returncode}"
-        return text + (f"; it reached {self.limit} on the way" if self.limit else "")
+            text = i18n.label("run.exited", status=self.returncode, **facts)
+        return text + (i18n.label("run.reached", limit=self.limit) if self.limit else "")
 
     def stderr_tail(self, lines: int = 12) -> str:
         tail = self.stderr.strip().splitlines()[-lines:]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from retrylab import i18n
+
 MESSAGE_LIMIT = 4000
 
 
@@ -11,7 +13,8 @@ class CheckFailed(Exception):
 
     def __init__(self, message: str):
         if len(message) > MESSAGE_LIMIT:
-            message = message[:MESSAGE_LIMIT - 40] + "\n[... message shortened ...]"
+            notice = "\n" + i18n.label("verdict.shortened")   # in the language the message was built in
+            message = i18n.truncate(message, MESSAGE_LIMIT - len(notice), "") + notice
         super().__init__(message)
         self.message = message
 

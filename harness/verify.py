@@ -11,6 +11,10 @@ The file facts use the very parsers and readers the checks use (checks/backoff_d
 messages.py, observe.read_artifact), so steps 3-5 get the same verdict from `verify` as from `check`.
 A step whose file facts already fail is "not yet" without asking Redis (Redis being down then
 changes nothing); a step that needs Redis and cannot read it is "cannot check" (exit status 2).
+
+Everything is said in the language asked for (`lang`, as `retrylab check --lang`): the report's frame
+from the engine's catalog (harness/locales [verify]), the facts about the lab from the exercise's
+(checks/<exercise>/locales [verify]), the problems found by the checks' own parsers as in `check`.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Callable
 import redis
 
 from retrylab import exercise as exercises
+from retrylab import i18n
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 LIST_READ = 100          # entries read from a list; the lab's lists hold one or a few
@@ -48,6 +53,7 @@ class Verification:
     redis_url: str | None        # shown without credentials; None when the step read no Redis
     facts: tuple[Fact, ...]
     unchecked: tuple[str, ...]   # what this step asks that only running the learner's code can show
+    lang: str = i18n.DEFAULT     # the language of the facts, and of the report render() makes
 
     @property
     def done(self) -> bool:
@@ -90,7 +96,7 @@ class LiveRedis:
             try:
                 self._client = redis.Redis.from_url(self.url, socket_connect_timeout=3, socket_timeout=5)
             except ValueError as exc:
-                raise CannotCheck(f"--redis-url {self.shown}: {exc}") from None
+                raise CannotCheck(i18n.label("verify.bad_url", url=self.shown, error=exc)) from None
         return self._client
 
     def list_state(self, key: str) -> ListState:
@@ -104,7 +110,7 @@ class LiveRedis:
             return ListState(key, kind, int(client.llen(key)), tuple(client.lrange(key, 0, LIST_READ - 1)))
         except redis.RedisError as exc:
             reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise CannotCheck(f"the Redis at {self.shown} could not be read ({reason})") from None
+            raise CannotCheck(i18n.label("verify.unreadable", url=self.shown, reason=reason)) from None
 
     def close(self) -> None:
         if self._client is not None:
@@ -155,7 +161,7 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
     from retrylab.checks.backoff_dlq.artifacts import (
         parse_capped, parse_jitter, parse_schedule, requeue_out_shows_attempts)
     from retrylab.checks.backoff_dlq.messages import (
-        attempts_of, decode_json, original_fields, parse_timestamp, shorten)
+        attempts_of, decode_json, original_fields, parse_timestamp, shorten, tr)
     from retrylab.fixtures.messages import DLQ, QUEUE
     from retrylab.verdict import CheckFailed
 
@@ -176,29 +182,33 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
         if data is unusable:
             return None
         if data is None:
-            live.facts.fail(f"{name} is missing from {live.directory}")
+            live.facts.fail(tr("verify.missing", name=name, directory=str(live.directory)))
             return None
-        live.facts.ok(f"{name} exists")
+        live.facts.ok(tr("verify.exists", name=name))
         try:
             compile(data, name, "exec", dont_inherit=True)
-        except SyntaxError as exc:
-            where = f" (line {exc.lineno})" if exc.lineno else ""
-            live.facts.fail(f"{name} does not compile: {exc.msg}{where}")
+        except SyntaxError as exc:  # Python's own words for the error (exc.msg) stay as Python says them
+            if exc.lineno:
+                live.facts.fail(tr("verify.does_not_compile_line", name=name, error=exc.msg, line=exc.lineno))
+            else:
+                live.facts.fail(tr("verify.does_not_compile", name=name, error=exc.msg))
             return None
         except Exception as exc:  # noqa: BLE001 - NUL bytes, nesting too deep: still the learner's file
-            live.facts.fail(f"{name} does not compile: {shorten(str(exc) or type(exc).__name__, 120)}")
+            error = shorten(str(exc) or type(exc).__name__, 120)
+            live.facts.fail(tr("verify.does_not_compile", name=name, error=error))
             return None
-        live.facts.ok(f"{name} compiles")
+        live.facts.ok(tr("verify.compiles", name=name))
         return data.decode("utf-8", "replace")
 
-    def parsed_file(name: str, parser, what: str) -> Callable[[Live], None]:
+    def parsed_file(name: str, parser, passed: str) -> Callable[[Live], None]:
+        """The file's verdict by the check's own parser; `passed`: the catalog key of the fact when it passes."""
         def run(live: Live) -> None:
             data = read(live, name)
             if data is unusable:
                 return
             result = parser(data)
             if result.ok:
-                live.facts.ok(f"{name} {what}")
+                live.facts.ok(tr(passed, name=name))
             else:
                 live.facts.fail(result.problem)
         return run
@@ -206,7 +216,7 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
     def a_list(live: Live, key: str) -> ListState | None:
         state = live.redis.list_state(key)
         if state.type not in ("list", "none"):
-            live.facts.fail(f"{key} is a Redis {state.type}; the lab's queues are lists (RPUSH/LPUSH)")
+            live.facts.fail(tr("verify.not_a_list", key=key, type=state.type))
             return None
         return state
 
@@ -215,13 +225,13 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
         if source is None:
             return
         if QUEUE in source:
-            live.facts.ok(f"worker.py mentions {QUEUE}")
+            live.facts.ok(tr("verify.mentions", name=QUEUE))
         else:
-            live.facts.fail(f"worker.py never mentions {QUEUE}: the worker consumes that list")
+            live.facts.fail(tr("verify.never_mentions_queue", queue=QUEUE))
         if re.search(r"\bprocess\b", source):
-            live.facts.ok("worker.py mentions process")
+            live.facts.ok(tr("verify.mentions", name="process"))
         else:
-            live.facts.fail("worker.py never mentions process: pass each message to taskproc's process(msg)")
+            live.facts.fail(tr("verify.never_mentions_process"))
 
     def requeue(live: Live) -> None:
         data = read(live, "requeue.out")
@@ -231,13 +241,13 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
         if not result.ok:
             live.facts.fail(result.problem)
             return
-        live.facts.ok("requeue.out shows attempts=2")
+        live.facts.ok(tr("verify.requeue_ok"))
         for key in (QUEUE, DLQ):
             state = a_list(live, key)
             if state is None:
                 continue
             if not state.length:
-                live.facts.note(f"{key} is empty: no message there to read an attempt count from")
+                live.facts.note(tr("verify.nothing_to_count", key=key))
                 continue
             counted = 0
             for raw in state.items:
@@ -245,31 +255,29 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
                 if problem or not isinstance(value, dict) or "attempts" not in value:
                     continue
                 if attempts_of(value) is None:
-                    live.facts.fail(f"a message in {key} carries attempts={shorten(json.dumps(value['attempts']), 40)}:"
-                                    " the attempt count must be an integer, one more after each failure")
+                    live.facts.fail(tr("verify.attempts_not_integer", key=key,
+                                       value=shorten(json.dumps(value["attempts"]), 40)))
                     return
                 counted += 1
             seen = min(state.length, LIST_READ)
-            text = f"{counted} of the {seen} message(s) read from {key} carry an integer attempts count"
-            (live.facts.ok if counted else live.facts.note)(
-                text + ("" if counted == seen else " (a message not tried yet has none)"))
+            text = tr("verify.counted" if counted == seen else "verify.counted_some", counted=counted, seen=seen,
+                      key=key)
+            (live.facts.ok if counted else live.facts.note)(text)
 
     def dlq(live: Live) -> None:
         queue, dead = a_list(live, QUEUE), a_list(live, DLQ)
         if queue is not None:
             if queue.length:
-                live.facts.fail(f"{QUEUE} still holds {queue.length} message(s); after the failing message went"
-                                " to the DLQ the main queue must be empty")
+                live.facts.fail(tr("verify.queue_not_empty", queue=QUEUE, length=queue.length))
             else:
-                live.facts.ok(f"{QUEUE} is empty")
+                live.facts.ok(tr("verify.is_empty", key=QUEUE))
         if dead is not None:
             if dead.length == 1:
-                live.facts.ok(f"{DLQ} holds 1 entry")
+                live.facts.ok(tr("verify.dlq_one", dlq=DLQ))
             elif dead.type == "none":
-                live.facts.fail(f"{DLQ} does not exist: no message has been dead-lettered yet")
+                live.facts.fail(tr("verify.no_dlq", dlq=DLQ))
             else:
-                live.facts.fail(f"{DLQ} holds {dead.length} entries; the lab expects exactly 1,"
-                                " the message that failed 5 times")
+                live.facts.fail(tr("verify.dlq_count", dlq=DLQ, length=dead.length))
 
     def entry_facts(raw: bytes) -> list[Fact]:
         """What can be read off one DLQ entry, up to its first problem."""
@@ -277,35 +285,33 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
         text = shorten(raw.decode("utf-8", "replace"), 120)
         entry, problem = decode_json(raw)
         if problem or not isinstance(entry, dict):
-            why = problem or "not a JSON object"
-            return [Fact(FAIL, f"it is {why}: {text}; store json.dumps of an object")]
-        found.append(Fact(OK, "it is a JSON object"))
+            why = problem or tr("verify.not_object")
+            return [Fact(FAIL, tr("verify.record.not_json", problem=why, raw=text))]
+        found.append(Fact(OK, tr("verify.record.is_object")))
         required = ("payload", "error", "attempts", "first_seen_at")
         missing = [k for k in required if k not in entry]
         if missing:
-            keys = ", ".join(sorted(map(str, entry))) or "no keys"
-            return found + [Fact(FAIL, f"it lacks {', '.join(missing)} (it has {keys})")]
-        found.append(Fact(OK, "it has payload, error, attempts and first_seen_at"))
+            keys = ", ".join(sorted(map(str, entry))) or tr("verify.no_keys")
+            return found + [Fact(FAIL, tr("verify.record.lacks", missing=", ".join(missing), keys=keys))]
+        found.append(Fact(OK, tr("verify.record.has_keys")))
         attempts = entry["attempts"]
         if type(attempts) is not int or attempts != 5:
-            return found + [Fact(FAIL, f"attempts is {shorten(json.dumps(attempts), 40)}; the message failed"
-                                       " 5 times, so store the integer 5")]
-        found.append(Fact(OK, "attempts is 5"))
+            return found + [Fact(FAIL, tr("verify.record.attempts", value=shorten(json.dumps(attempts), 40)))]
+        found.append(Fact(OK, tr("verify.record.attempts_ok")))
         fields = original_fields(entry)
         if fields is None or fields is entry:
-            return found + [Fact(FAIL, f"payload is {shorten(json.dumps(entry['payload']), 80)}; it must be"
-                                       " the original message (an object)")]
-        found.append(Fact(OK, "payload is a message object"))
+            value = shorten(json.dumps(entry["payload"]), 80)
+            return found + [Fact(FAIL, tr("verify.record.payload", value=value))]
+        found.append(Fact(OK, tr("verify.record.payload_ok")))
         error = entry["error"]
         if not isinstance(error, str) or not error.strip():
-            return found + [Fact(FAIL, f"error is {shorten(json.dumps(error), 40)}; record the exception's"
-                                       " text (str(exc))")]
-        found.append(Fact(OK, "error is non-empty text"))
+            return found + [Fact(FAIL, tr("verify.record.error", value=shorten(json.dumps(error), 40)))]
+        found.append(Fact(OK, tr("verify.record.error_ok")))
         _, problem = parse_timestamp(entry["first_seen_at"])
         if problem:
-            return found + [Fact(FAIL, f"first_seen_at {shorten(json.dumps(entry['first_seen_at']), 40)}"
-                                       f" is {problem}")]
-        found.append(Fact(OK, "first_seen_at is a timestamp"))
+            value = shorten(json.dumps(entry["first_seen_at"]), 40)
+            return found + [Fact(FAIL, tr("verify.record.first_seen", value=value, problem=problem))]
+        found.append(Fact(OK, tr("verify.record.first_seen_ok")))
         return found
 
     def dlq_record(live: Live) -> None:
@@ -313,19 +319,20 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
         if dead is None:
             return
         if not dead.length:
-            live.facts.fail(f"{DLQ} holds no entry to inspect; finish step 6 first")
+            live.facts.fail(tr("verify.no_entry", dlq=DLQ))
             return
         for index, raw in enumerate(dead.items):
             found = entry_facts(raw)
             failed = any(f.status == FAIL for f in found)
             if failed or index == len(dead.items) - 1:
-                label = "the DLQ entry" if dead.length == 1 else f"DLQ entry {index + 1} of {dead.length}"
+                label = (tr("verify.entry") if dead.length == 1
+                         else tr("verify.entry_of", index=index + 1, count=dead.length))
                 for fact in found:
-                    live.facts.items.append(Fact(fact.status, f"{label}: {fact.text}"))
+                    live.facts.items.append(Fact(fact.status, tr("verify.entry_fact", entry=label, fact=fact.text)))
                 if failed:
                     return
         if dead.length > 1:
-            live.facts.note(f"{DLQ} holds {dead.length} entries; every one was checked (step 6 expects 1)")
+            live.facts.note(tr("verify.all_entries_checked", dlq=DLQ, length=dead.length))
 
     def replay(live: Live) -> None:
         if script(live, "replay.py") is None:
@@ -333,60 +340,46 @@ def _backoff_dlq() -> dict[int, StepVerifier]:
         queue, dead = a_list(live, QUEUE), a_list(live, DLQ)
         if dead is not None:
             if dead.length:
-                live.facts.fail(f"{DLQ} still holds {dead.length} entr{'y' if dead.length == 1 else 'ies'}; after"
-                                " replay.py the DLQ must be empty (take the entry out, do not copy it)")
+                live.facts.fail(tr("verify.dlq_not_emptied", dlq=DLQ, length=dead.length))
             else:
-                live.facts.ok(f"{DLQ} is empty")
+                live.facts.ok(tr("verify.is_empty", key=DLQ))
         if queue is None:
             return
         if queue.length != 1:
-            live.facts.fail(f"{QUEUE} holds {queue.length} messages; after replay.py it must hold exactly 1,"
-                            " the replayed message")
+            live.facts.fail(tr("verify.queue_count", queue=QUEUE, length=queue.length))
             return
-        live.facts.ok(f"{QUEUE} holds 1 message")
+        live.facts.ok(tr("verify.queue_one", queue=QUEUE))
         raw = queue.items[0]
+        text = shorten(raw.decode("utf-8", "replace"), 120)
         value, problem = decode_json(raw)
         if problem or not isinstance(value, dict):
-            live.facts.fail(f"the message in {QUEUE} is {problem or 'not a JSON object'}:"
-                            f" {shorten(raw.decode('utf-8', 'replace'), 120)}")
+            live.facts.fail(tr("verify.replayed.not_json", queue=QUEUE, problem=problem or tr("verify.not_object"),
+                               raw=text))
             return
         fields = original_fields(value) or (value if "kind" in value else None)
         if fields is None:
-            live.facts.fail(f"the message in {QUEUE} carries no payload (no original message under payload"
-                            f" or at its top level): {shorten(raw.decode('utf-8', 'replace'), 120)}")
+            live.facts.fail(tr("verify.replayed.no_payload", queue=QUEUE, raw=text))
             return
-        live.facts.ok(f"the message in {QUEUE} carries a payload")
+        live.facts.ok(tr("verify.replayed.payload", queue=QUEUE))
         # as the check reads it: the count at the top level, else the one inside the payload
         holder = value if "attempts" in value else fields
         if "attempts" in holder and attempts_of(holder) != 0:
-            live.facts.fail(f"the message in {QUEUE} carries attempts={shorten(json.dumps(holder['attempts']), 40)};"
-                            " reset it to 0")
+            count = shorten(json.dumps(holder["attempts"]), 40)
+            live.facts.fail(tr("verify.replayed.attempts", queue=QUEUE, value=count))
         else:
-            live.facts.ok(f"the message in {QUEUE} carries attempts 0" if "attempts" in holder
-                          else f"the message in {QUEUE} carries no attempts count (counting starts at 0)")
+            key = "verify.replayed.attempts_ok" if "attempts" in holder else "verify.replayed.no_attempts"
+            live.facts.ok(tr(key, queue=QUEUE))
 
     return {
-        1: StepVerifier(worker, (
-            "that worker.py takes every message off q:tasks and passes it to process(msg), once each",
-            "that it survives a failing process(msg)")),
-        2: StepVerifier(requeue, (
-            "that each failure puts the message back with exactly one more attempt",)),
-        3: StepVerifier(parsed_file("schedule.txt", parse_schedule,
-                                    "holds attempt=0..5 with waits 1 2 4 8 16 32"), ()),
-        4: StepVerifier(parsed_file("jitter.txt", parse_jitter,
-                                    "holds 20 waits in [0, 8], at least 15 distinct"), ()),
-        5: StepVerifier(parsed_file("capped.txt", parse_capped,
-                                    "holds 1 2 4 8 16 30 30 30 30 for attempts 0..8"), ()),
-        6: StepVerifier(dlq, (
-            "that process was called exactly 5 times for the failing message before it went to the DLQ",
-            "that the good messages around it were processed once each")),
-        7: StepVerifier(dlq_record, (
-            "that payload is the original message unchanged and error is the exception's own text",
-            "that first_seen_at is the time of the first attempt, not reset by retries",
-            "that the entry records a real failure of process(msg)")),
-        8: StepVerifier(replay, (
-            "that replay.py moved the entry (the state above could have been made by hand)",
-            "that replay.py is a one-shot command that exits, not a loop consuming the DLQ")),
+        1: StepVerifier(worker, (tr("verify.unchecked.worker_once"), tr("verify.unchecked.worker_survives"))),
+        2: StepVerifier(requeue, (tr("verify.unchecked.requeue_plus_one"),)),
+        3: StepVerifier(parsed_file("schedule.txt", parse_schedule, "verify.schedule_ok"), ()),
+        4: StepVerifier(parsed_file("jitter.txt", parse_jitter, "verify.jitter_ok"), ()),
+        5: StepVerifier(parsed_file("capped.txt", parse_capped, "verify.capped_ok"), ()),
+        6: StepVerifier(dlq, (tr("verify.unchecked.dlq_five_calls"), tr("verify.unchecked.dlq_goods_once"))),
+        7: StepVerifier(dlq_record, (tr("verify.unchecked.record_payload"), tr("verify.unchecked.record_first_seen"),
+                                     tr("verify.unchecked.record_real_failure"))),
+        8: StepVerifier(replay, (tr("verify.unchecked.replay_moved"), tr("verify.unchecked.replay_one_shot"))),
     }
 
 
@@ -397,43 +390,48 @@ def verifiers(exercise_id: str) -> dict[int, StepVerifier]:
     try:
         return VERIFIERS[exercise_id]()
     except KeyError:
-        raise CannotCheck(f"verify mode does not know exercise {exercise_id!r} yet") from None
+        raise CannotCheck(i18n.label("verify.unknown_exercise", exercise=repr(exercise_id))) from None
 
 
 def verify(directory: Path, step_number: int, *, redis_url: str = DEFAULT_REDIS_URL,
-           exercise_id: str = exercises.DEFAULT_EXERCISE) -> Verification:
-    """Decide whether step `step_number` is done, read-only. Raises CannotCheck (exit status 2)."""
-    exercise = exercises.get(exercise_id)
-    step = exercise.step(step_number)
-    verifier = verifiers(exercise_id)[step_number]
-    live = Live(Path(directory), LiveRedis(redis_url), Facts())
-    try:
-        verifier.run(live)
-    finally:
-        live.redis.close()
+           exercise_id: str = exercises.DEFAULT_EXERCISE, lang: str = i18n.DEFAULT) -> Verification:
+    """Decide whether step `step_number` is done, read-only, saying so in `lang`. Raises CannotCheck
+    (exit status 2)."""
+    with i18n.use(lang):
+        exercise = exercises.get(exercise_id)
+        step = exercise.step(step_number)
+        verifier = verifiers(exercise_id)[step_number]
+        live = Live(Path(directory), LiveRedis(redis_url), Facts())
+        try:
+            verifier.run(live)
+        finally:
+            live.redis.close()
     return Verification(exercise_id=exercise.id, step=step, directory=Path(directory),
                         redis_url=live.redis.shown if live.redis.used else None,
-                        facts=tuple(live.facts.items), unchecked=verifier.unchecked)
-
-
-_MARK = {OK: "ok  ", FAIL: "FAIL", NOTE: "note"}
+                        facts=tuple(live.facts.items), unchecked=verifier.unchecked, lang=lang)
 
 
 def render(result: Verification) -> str:
-    step = result.step
-    lines = [f"step {step.number}: {step.title}  ({result.exercise_id}, read-only verify)",
-             f"directory: {result.directory}",
-             f"redis: {result.redis_url} (read only)" if result.redis_url else "redis: not needed for this step",
-             "", "checked read-only:"]
-    lines += [f"  {_MARK[f.status]}  {f.text}" for f in result.facts]
+    """The report of a verification, in its language; lines kept free of unbalanced bidi controls."""
+    step, lang = result.step, result.lang
+    exercise = exercises.get(result.exercise_id)
+    marks = {status: i18n.label(f"verify.{status}", lang) for status in (OK, FAIL, NOTE)}
+    column = max(map(i18n.width, marks.values()))
+    lines = [i18n.label("verify.heading", lang, number=step.number, title=i18n.step_text(exercise, step, "title", lang),
+                        exercise=result.exercise_id),
+             i18n.label("verify.directory", lang, path=str(result.directory)),
+             i18n.label("verify.redis", lang, url=result.redis_url) if result.redis_url
+             else i18n.label("verify.no_redis", lang),
+             "", i18n.label("verify.checked", lang)]
+    lines += [f"  {i18n.pad(marks[f.status], column)}  {f.text}" for f in result.facts]
     if result.unchecked:
-        lines += ["not checked (only running your code can show it):"]
-        lines += [f"  -     {text}" for text in result.unchecked]
+        lines += [i18n.label("verify.unchecked", lang)]
+        lines += [f"  {i18n.pad('-', column)}  {text}" for text in result.unchecked]
     lines.append("")
     if result.done:
-        lines.append(f"DONE: step {step.number} passes every read-only check.")
+        lines.append(i18n.label("verify.done", lang, number=step.number))
     else:
-        lines += [f"NOT YET: step {step.number} is not done.", f"Hint: {step.hint}"]
-    lines.append(f"To check everything, running your scripts against a private Redis:"
-                 f" retrylab check {result.directory} --step {step.number}")
-    return "\n".join(lines) + "\n"
+        lines += [i18n.label("verify.not_yet", lang, number=step.number),
+                  i18n.label("report.hint", lang, hint=i18n.step_text(exercise, step, "hint", lang))]
+    lines.append(i18n.label("verify.pointer", lang, directory=str(result.directory), number=step.number))
+    return "\n".join(i18n.balance(line) for line in lines) + "\n"

@@ -112,12 +112,27 @@ def test_every_key_the_code_names_exists():
             assert catalog.has(f"steps.{step.slug}.goal"), step.slug
 
 
+def test_keys_built_at_run_time_and_verifys_lab_facts_exist():
+    """Keys the scan above cannot see: `verify`'s facts about backoff-dlq are in the engine's
+    verify.py but come from the exercise's catalog; the advanced checks name a kind's key by the kind."""
+    from retrylab.checks.backoff_dlq import advanced
+    catalog = i18n.exercise_catalog(exercises.get("backoff-dlq"))
+    pattern = re.compile(r"\btr\(\s*\"([A-Za-z0-9_.\-]+)\"")
+    used = pattern.findall((HARNESS / "verify.py").read_text(encoding="utf-8"))
+    assert len(used) > 30
+    for key in used:
+        assert catalog.has(key) and key.startswith("verify."), key
+    for kind in advanced.KINDS:
+        assert catalog.has(f"advanced_msg.kinds.{kind}"), kind
+
+
 def test_lab_step_checks_build_their_messages_from_the_catalog():
     """No learner-facing English literal left in the lab's step checks and their helpers."""
     literal = re.compile(r"""\b(?:fail|_Reject)\(\s*f?["'][^"']*\s[A-Za-z]""")  # words, not a key
     folder = CHECKS / "backoff_dlq"
-    modules = [*folder.glob("test_step*.py"), folder / "observe.py", folder / "artifacts.py", folder / "messages.py"]
-    assert len(modules) == 11
+    modules = [*folder.glob("test_step*.py"), *folder.glob("test_advanced_*.py"), folder / "observe.py",
+               folder / "artifacts.py", folder / "messages.py", folder / "advanced.py"]
+    assert len(modules) == 17
     for module in modules:
         found = literal.findall(module.read_text(encoding="utf-8"))
         assert not found, (module.name, found)
@@ -372,3 +387,272 @@ def test_plain_pytest_takes_lang_too(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "в вашем решении нет schedule.txt" in done.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# everything else a learner reads: advanced checks, `verify`, limits, the other report formats,
+# `grade-batch`
+
+
+def _lines_in(lang: str, text: str) -> list[str]:
+    """The lines of a message that are not in `lang`'s script. Indented lines are quoted learner
+    output (a traceback) or a plot, left as they are."""
+    return [line for line in text.splitlines() if line.strip() and not line.startswith(" ")
+            and not SCRIPTS[lang].search(line)]
+
+
+def _assert_in_language(lang: str, text: str) -> None:
+    assert text.strip()
+    if lang == "en":
+        assert not any(script.search(text) for script in SCRIPTS.values()), text
+        return
+    assert _lines_in(lang, text) == [], text
+    if lang in i18n.RTL:
+        assert i18n.bidi_problems(text) == [], text
+        assert _latin_outside_isolates(text) == [], text
+
+
+def _advanced_submissions(root: Path) -> dict[str, tuple[Path, set[str]]]:
+    """Two known-wrong submissions that fail every advanced check between them, with what each fails.
+
+    "waits": advanced-constant-wait with advanced-alert-always-zero's alert.py. "dead-letters":
+    advanced-dlq-trimmed (LTRIM on the DLQ) whose worker retries only timeouts, 503 and 429, as
+    advanced-retry-only-listed-errors's does (the lab's own failure goes to the DLQ at once)."""
+    entries = {e.name: e for e in corpus.entries()}
+    waits = entries["advanced-constant-wait"].materialize(root / "waits")
+    shutil.copy(entries["advanced-alert-always-zero"].folder / "alert.py", waits / "alert.py")
+    letters = entries["advanced-dlq-trimmed"].materialize(root / "dead-letters")
+    worker = (letters / "worker.py").read_text(encoding="utf-8")
+    classify = "    return not isinstance(exc, (ValueError, LookupError))\n"
+    assert classify in worker
+    (letters / "worker.py").write_text(worker.replace(classify, "    return False\n"), encoding="utf-8")
+    return {
+        "waits": (waits, {"advanced:backoff-applied", "advanced:non-blocking", "advanced:dlq-alert"}),
+        "dead-letters": (letters, {"requeue", "dlq", "dlq-record", "advanced:backoff-applied",
+                                  "advanced:error-classes", "advanced:no-auto-replay"}),
+    }
+
+
+@pytest.fixture(scope="module")
+def advanced_reports(tmp_path_factory):
+    """Each submission graded in each language (about a second per grading)."""
+    submissions = _advanced_submissions(tmp_path_factory.mktemp("advanced"))
+    return {(name, lang): (grade(folder, lang=lang), failing)
+            for name, (folder, failing) in submissions.items() for lang in i18n.LANGUAGES}
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+@pytest.mark.parametrize("name", ["waits", "dead-letters"])
+def test_advanced_checks_and_the_lab_steps_they_share_a_run_with_speak_the_language(advanced_reports, name, lang):
+    report, failing = advanced_reports[name, lang]
+    assert {r.name for r in report.results if not r.passed} == failing   # the same verdicts in every language
+    for result in report.results:
+        if not result.passed:
+            _assert_in_language(lang, result.message)
+
+
+def test_an_advanced_verdict_keeps_its_facts_across_languages(advanced_reports):
+    """A translation says the same thing: the numbers, names and commands of the English verdict are
+    in every other one (a placeholder dropped from one language would not be caught otherwise)."""
+    def facts(text: str) -> list[str]:
+        verdict = text.split("\n")[0]
+        return sorted(re.findall(r"LTRIM[^()]*?-1|q:tasks:dlq|\d+\.\d+|\b\d+\b", verdict))
+
+    english = {r.name: r.message for r in advanced_reports["dead-letters", "en"][0].results if not r.passed}
+    for lang in ("zh", "ru", "fa"):
+        report = advanced_reports["dead-letters", lang][0]
+        for result in report.results:
+            if result.name.startswith("advanced:") and not result.passed:
+                assert facts(result.message) == facts(english[result.name]), (lang, result.message)
+
+
+def test_every_kind_and_advanced_phrase_builder_speaks_the_language():
+    from retrylab.checks.backoff_dlq import advanced
+
+    waits = [advanced.Wait(after=n, seconds=s, others=0) for n, s in enumerate((1.0, 1.0, 1.0), start=1)]
+    too_long = [advanced.Wait(after=1, seconds=9.0, others=0)]
+    for lang in i18n.LANGUAGES:
+        with i18n.use(lang):
+            texts = [advanced.describe_kind(kind) + " " + advanced.describe_waits(waits) for kind in advanced.KINDS]
+            texts += [advanced.backoff_problem(waits), advanced.backoff_problem(too_long),
+                      advanced.backoff_problem([advanced.Wait(after=1, seconds=0.0, others=0)])]
+        for text in texts:
+            assert text and (lang == "en" or SCRIPTS[lang].search(text)), (lang, text)
+
+
+def test_work_run_beside_the_checks_speaks_the_gradings_language():
+    """The advanced run (and the alert runs) go on in threads of their own, where what a learner run
+    says (a limit it hit, output it cut) is built: in the grading's language, not the default."""
+    from retrylab.checks.backoff_dlq import advanced
+    with i18n.use("fa"):
+        beside = advanced.Alongside(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
+    lang, text = beside.result()
+    assert lang == "fa" and SCRIPTS["fa"].search(text)
+
+
+def _verify(capsys, *args: str) -> tuple[int, str, str]:
+    from retrylab import cli
+    status = cli.main(["verify", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_verify_says_its_facts_the_unchecked_list_and_the_way_on_in_the_language(
+        lang, private_redis_server, tmp_path, capsys):
+    from retrylab.fixtures.messages import DLQ
+    folder = tmp_path / "qr"
+    shutil.copytree(corpus.REFERENCE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    entry = {"payload": {"id": "m1", "kind": "bad", "data": {}}, "error": "boom", "attempts": 4,
+             "first_seen_at": 1796037722.5}
+    client = private_redis_server.client()
+    client.rpush(DLQ, json.dumps(entry))
+    try:
+        status, out, err = _verify(capsys, "--step", "7", "--redis-url", private_redis_server.url,
+                                   "--lang", lang, str(folder))
+    finally:
+        client.delete(DLQ)
+    assert (status, err) == (1, "")
+    lines = out.splitlines()
+    assert sum(line.startswith("  ") for line in lines) == 6   # 3 facts (2 ok, 1 not), 3 not checked
+    assert f"retrylab check {folder} --step 7" in out            # the command stays as it is typed
+    assert i18n.label("report.hint", lang, hint="").strip() in out
+    _assert_in_language(lang, out.replace(str(folder), "").replace(private_redis_server.url, ""))
+
+
+@pytest.mark.parametrize("lang", ["zh", "ru", "fa"])
+def test_verify_cannot_check_in_the_language_from_the_locale(lang, tmp_path, capsys, monkeypatch):
+    from retrylab.backends import free_port
+    monkeypatch.setenv("LANGUAGE", lang)
+    status, out, err = _verify(capsys, "--step", "6", "--redis-url", f"redis://127.0.0.1:{free_port()}/0",
+                               str(corpus.REFERENCE))
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and SCRIPTS[lang].search(err), err
+
+
+def test_a_step_over_its_time_limit_says_so_in_the_language():
+    import time
+    from retrylab.limits import StepClock, StepTimeLimit, step_label
+
+    step = exercises.get("backoff-dlq").step(8)
+    for lang in ("zh", "ru", "fa"):
+        with i18n.use(lang):
+            clock = StepClock()
+            with pytest.raises(StepTimeLimit) as caught:
+                with clock.phase(8, step_label(step), 0.2):
+                    clock.cut(i18n.label("run.cut", script="replay.py"))
+                    time.sleep(30)  # the alarm ends it
+        message = caught.value.message
+        assert "replay.py" in message and "0.2" in message
+        _assert_in_language(lang, message)
+
+
+def _every_ending(limits: list[str]) -> list:
+    """A script's result for each way it can end: with each limit it may hit, and with none."""
+    from retrylab.sandbox import ScriptResult
+    ending = dict(script="worker.py", stdout="", stderr="", seconds=12.0)
+    found = [ScriptResult(returncode=None, stopped="settled", **ending),
+             ScriptResult(returncode=-9, stopped=None, **ending),
+             ScriptResult(returncode=3, stopped=None, **ending)]
+    for limit in limits:
+        found += [ScriptResult(returncode=None, stopped="timeout", limit=limit, **ending),
+                  ScriptResult(returncode=1, stopped=None, limit=limit, **ending),
+                  ScriptResult(returncode=0, stopped=None, limit=limit, **ending)]
+    return found
+
+
+def test_how_a_script_ended_and_the_limit_it_hit_are_said_in_the_language():
+    from retrylab.sandbox import Limits
+
+    for lang in i18n.LANGUAGES:
+        with i18n.use(lang):
+            phrases = [Limits().phrase(kind) for kind in ("memory", "cpu", "file size", "processes")]
+            told = [r.describe() for r in _every_ending(phrases)]
+        assert len(set(told)) == len(told) == 15
+        for text in told:
+            assert "worker.py" in text
+            _assert_in_language(lang, text)
+
+
+@pytest.mark.parametrize("lang, counts", [
+    ("en", {1: "the limit of 1 process", 16: "the limit of 16 processes"}),
+    ("ru", {1: "лимит в 1 процесс", 3: "лимит в 3 процесса", 64: "лимит в 64 процесса",
+            11: "лимит в 11 процессов", 25: "лимит в 25 процессов"}),
+])
+def test_the_process_limit_is_worded_by_its_number(lang, counts):
+    from retrylab.sandbox import Limits
+    with i18n.use(lang):
+        assert {n: Limits(processes=n).phrase("processes") for n in counts} == counts
+
+
+def test_output_cut_in_the_sandbox_and_a_shortened_verdict_say_so_in_the_language():
+    from retrylab.sandbox import CappedBuffer
+    from retrylab.verdict import MESSAGE_LIMIT, CheckFailed
+
+    for lang in ("zh", "ru", "fa"):
+        with i18n.use(lang):
+            buffer = CappedBuffer(100)
+            buffer.feed(b"x" * 1000)
+            notice = buffer.text().splitlines()[1]
+            long = i18n.engine().text("report.could_not_grade", error="y " * 3000)
+            verdict = CheckFailed(long).message
+        assert "900" in notice and SCRIPTS[lang].search(notice), notice
+        assert len(verdict) <= MESSAGE_LIMIT and SCRIPTS[lang].search(verdict.splitlines()[-1])
+        assert i18n.bidi_problems(verdict) == []   # the cut closes what it left open (Persian's isolates)
+
+
+def _report_in(lang: str) -> Report:
+    exercise = exercises.get("backoff-dlq")
+    step = exercise.step(3)
+    return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title", lang),
+                  submission="/subs/learner", backend="fake", harness_version="0", lang=lang, results=(
+                      StepResult(name=step.slug, title=i18n.step_text(exercise, step, "title", lang), status="fail",
+                                 number=3, message="", output="o" * 20_000, location=("schedule.txt", 2)),
+                      StepResult(name="dlq", title=i18n.step_text(exercise, exercise.step(6), "title", lang),
+                                 status="error", number=6),
+                      StepResult(name="advanced:dlq-alert", title="t", status="fail", number=None, weight=0.0)),
+                  harness_error="")
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_the_other_formats_label_their_tests_and_notices_in_the_language(lang):
+    from retrylab.reporters import exercism, github, gradescope, junit
+    report = _report_in(lang)
+    tests = exercism.to_dict(report)["tests"]
+    assert [t["status"] for t in tests] == ["fail", "error", "fail"]          # machine fields as they were
+    assert [t.get("task_id") for t in tests] == [3, 6, None] and tests[2]["name"].startswith("advanced:dlq-alert")
+    for test in tests[:2]:
+        _assert_in_language(lang, test["name"])
+    notice = next(line for line in tests[0]["output"].splitlines() if line.startswith("["))
+    _assert_in_language(lang, notice)
+    graded = gradescope.to_dict(report)
+    assert [t["status"] for t in graded["tests"]] == ["failed", "failed", "failed"]
+    _assert_in_language(lang, graded["output"])
+    for test in graded["tests"]:
+        _assert_in_language(lang, "\n".join(line for line in test["output"].splitlines() if "ooo" not in line))
+    cases = list(junit.to_element(report).iter("testcase"))
+    _assert_in_language(lang, "\n".join(c.get("name") for c in cases[:2]))
+    _assert_in_language(lang, "\n".join(c[0].get("message") for c in cases[:2]))    # the default messages
+    annotations = github.render(report, "/w")
+    titles = re.findall(r"title=retrylab ([^:]*?)::(.*)", annotations)
+    assert len(titles) == 3 and annotations.startswith("::error file=/w/schedule.txt,line=2,")
+    for title, message in titles[:2]:
+        _assert_in_language(lang, title.replace("%3A", ":") + "\n" + message)
+
+
+def test_batch_reasons_and_summary_in_the_language(tmp_path):
+    from retrylab import batch
+    config = batch.BatchConfig(lang="ru")
+    submission = batch.Submission("s1", tmp_path)
+    row = batch.row_from_report(submission, {"results": [], "harness_version": "0"}, 1.0, config)
+    assert row["status"] == "error" and row["reason"].startswith("проверяющая система не смогла оценить шаг 1")
+    _assert_in_language("zh", batch._no_report(-9, "MemoryError", "zh"))
+    assert "SIGKILL" in batch._no_report(-9, "", "fa") and "MemoryError" in batch._no_report(2, "MemoryError", "fa")
+    empty = tmp_path / "subs" / "empty"
+    empty.mkdir(parents=True)
+    out = tmp_path / "book.csv"
+    done = subprocess.run([sys.executable, "-m", "retrylab", "grade-batch", str(empty.parent), "--out", str(out),
+                           "--lang", "zh"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "已评 1 份" in done.stderr.splitlines()[-1], done.stderr
+    assert "fail" in out.read_text(encoding="utf-8")    # the gradebook's values are the same in every language

@@ -30,6 +30,7 @@ an allowance per call, so a slow or noisy worker is not taken for one that waits
 """
 from __future__ import annotations
 
+import contextvars
 import copy
 import hashlib
 import json
@@ -44,7 +45,7 @@ import pytest
 
 from retrylab import keyspace
 from retrylab.calllog import Call
-from retrylab.checks.backoff_dlq.messages import decode_json, message_id
+from retrylab.checks.backoff_dlq.messages import decode_json, message_id, tr
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc import SECONDS_PER_CALL
 from retrylab.proxy import Command
@@ -55,15 +56,13 @@ TRANSIENT = ("bad", "timeout", "unavailable", "throttled")   # retried until the
 PERMANENT = ("invalid", "orphan")                             # the DLQ after the first attempt
 FLAKY = "flaky"                                               # fails twice, then succeeds
 FLAKY_CALLS = 3
-DESCRIBE = {
-    "bad": "TaskRejected (a RuntimeError)",
-    "timeout": "TimeoutError",
-    "unavailable": "HTTPError with status 503",
-    "throttled": "HTTPError with status 429",
-    "invalid": "SchemaViolation (a ValueError)",
-    "orphan": "MissingReference (a LookupError)",
-    "flaky": "TimeoutError twice, then success",
-}
+KINDS = (*TRANSIENT, *PERMANENT, FLAKY)
+
+
+def describe_kind(kind: str) -> str:
+    """What taskproc raises for a kind of message, in the current language: "HTTPError with status 503"."""
+    return tr(f"advanced_msg.kinds.{kind}")
+
 
 # Real time between two calls that is not taken for waiting: Redis round trips, JSON, printing
 # (a worker printing 3,000 lines a message spends about 0.1 s).
@@ -213,7 +212,10 @@ class Alongside:
             except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that asks for the result
                 self._outcome["error"] = exc
 
-        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        # in a copy of the caller's context: what the work says (a limit a learner run hit, say) is
+        # in the grading's language (retrylab.i18n keeps it in a context variable)
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
         self._thread.start()
 
     def result(self):
@@ -334,25 +336,24 @@ def retry_waits(calls: Iterable[Call], message_id: str, limit: int = MAX_ATTEMPT
 
 
 def backoff_problem(waits: Sequence[Wait]) -> str:
-    """Why these waits are not capped exponential backoff with jitter ("" when they are)."""
+    """Why these waits are not capped exponential backoff with jitter ("" when they are), in the
+    current language."""
     if not waits:
         return ""
     for wait in waits:
         if wait.seconds > wait.bound + BACKOFF_SLACK:
-            return (f"after failure {wait.after} the worker waited {wait.seconds:.1f} s before the next attempt; "
-                    f"capped exponential backoff (base {BACKOFF_BASE:g} s, cap {BACKOFF_CAP:g} s) waits at most "
-                    f"{wait.bound:g} s there")
+            return tr("advanced_msg.backoff-applied.too_long", after=wait.after, seconds=wait.seconds,
+                      base=BACKOFF_BASE, cap=BACKOFF_CAP, bound=wait.bound)
     seconds = [w.seconds for w in waits]
     if sum(seconds) <= ZERO_WAITS:
-        return "the worker retried the failing message without waiting between attempts"
+        return tr("advanced_msg.backoff-applied.no_wait")
     if len(seconds) > 1 and max(seconds) - min(seconds) <= EQUAL_WAITS:
-        return (f"the worker waited the same {seconds[0]:.2f} s before every retry; the wait must grow "
-                f"with each attempt (exponential) and vary (jitter)")
+        return tr("advanced_msg.backoff-applied.same_wait", seconds=seconds[0])
     return ""
 
 
 def describe_waits(waits: Sequence[Wait]) -> str:
-    return ", ".join(f"{w.seconds:.2f}" for w in waits) + " s"
+    return tr("advanced_msg.backoff-applied.seconds", waits=", ".join(f"{w.seconds:.2f}" for w in waits))
 
 
 def blocked_goods(calls: Iterable[Call], goods: Sequence[dict]) -> list[tuple[dict, float]]:

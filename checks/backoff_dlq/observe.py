@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, message_id, shorten, tr
@@ -22,30 +21,10 @@ def attach(node, run: ScriptRun) -> None:
         attach_output(node, (run.result.stdout + run.result.stderr).strip())
 
 
-def describe(result) -> str:
-    """How a script ended (ScriptResult.describe), in the current language."""
-    if getattr(result, "limit", None) and (result.crashed or result.stopped == "timeout"):
-        key = "observe.ran.limit_timeout" if result.stopped == "timeout" else "observe.ran.limit"
-        return tr(key, script=result.script, limit=result.limit, seconds=result.seconds)
-    if result.stopped == "timeout":
-        text = tr("observe.ran.timeout", script=result.script, seconds=result.seconds)
-    elif result.stopped == "settled":
-        text = tr("observe.ran.settled", script=result.script)
-    elif result.returncode is not None and result.returncode < 0:
-        number = -result.returncode
-        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else result.returncode
-        text = tr("observe.ran.killed", script=result.script, signal=name)
-    else:
-        text = tr("observe.ran.exited", script=result.script, status=result.returncode)
-    if getattr(result, "limit", None):
-        text += tr("observe.ran.reached", limit=result.limit)
-    return text
-
-
 def how_it_ran(run: ScriptRun) -> str:
     """One or more lines about how the script ended, with the end of its stderr if it crashed."""
     result = run.result
-    text = describe(result)
+    text = result.describe()  # in the current language, as the engine tells how any script ended
     if (result.crashed or result.stopped == "timeout") and result.stderr_tail():
         text += ":\n" + indent(result.stderr_tail())
     return text

@@ -6,6 +6,7 @@ only one that waits (see advanced.py for how waiting is told from processing and
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
+from retrylab.checks.backoff_dlq.messages import tr
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.advanced("backoff-applied")
@@ -17,10 +18,9 @@ def test_waits_between_attempts_follow_capped_exponential_backoff(worker_run, re
     observe.require_script(run, "worker.py")
     attempts = len(worker_run.calls_for(worker_run.bad))
     if attempts < 2:
-        fail(f"process was called {attempts} time(s) for the failing message, so no wait between attempts could "
-             f"be observed: the worker must retry it (see steps 1, 2 and 6). {observe.how_it_ran(run)}")
+        fail(tr("advanced_msg.backoff-applied.too_few_calls", attempts=attempts, how=observe.how_it_ran(run)))
     waits = advanced.retry_waits(run.calls, worker_run.bad["id"])
     problem = advanced.backoff_problem(waits)
     if problem:
-        fail(f"{problem}. Waits observed before attempts 2..{len(waits) + 1} of the failing message: "
-             f"{advanced.describe_waits(waits)}.")
+        fail(tr("advanced_msg.backoff-applied.waits", problem=problem, last=len(waits) + 1,
+                waits=advanced.describe_waits(waits)))

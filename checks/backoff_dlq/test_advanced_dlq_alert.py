@@ -10,6 +10,7 @@ import re
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
+from retrylab.checks.backoff_dlq.messages import tr
 from retrylab.fixtures.messages import DLQ
 from retrylab.verdict import fail, indent
 
@@ -18,26 +19,26 @@ pytestmark = pytest.mark.advanced("dlq-alert")
 
 def _problem(alert: advanced.AlertRun) -> str:
     result, entries = alert.run.result, alert.entries
-    state = f"with {entries} entries in {DLQ}" if entries else f"with {DLQ} empty"
+    if entries:
+        state = tr("advanced_msg.dlq-alert.entries", entries=entries, dlq=DLQ)
+    else:
+        state = tr("advanced_msg.dlq-alert.empty", dlq=DLQ)
     printed = (result.stdout + "\n" + result.stderr).strip()
     if result.stopped:
-        return (f"{state}, alert.py was still running after {result.seconds:.0f} s: it must check the depth once, "
-                f"report it and exit (a scheduler runs it again).")
+        return tr("advanced_msg.dlq-alert.still_running", state=state, seconds=result.seconds)
     if "Traceback (most recent call last)" in result.stderr:
-        return f"{state}, alert.py crashed:\n{indent(result.stderr_tail())}"
+        return tr("advanced_msg.dlq-alert.crashed", state=state, stderr=indent(result.stderr_tail()))
     if not entries:
         if result.returncode != 0:
-            return f"{state}, alert.py exited with status {result.returncode}; an empty DLQ is no alert: exit 0."
+            return tr("advanced_msg.dlq-alert.alert_when_empty", state=state, status=result.returncode)
         return ""
     if result.returncode == 0:
-        return (f"{state}, alert.py exited with status 0, so no scheduler or monitoring agent would raise an "
-                f"alert: exit non-zero (1) when the DLQ holds more than --threshold entries (default 0).")
+        return tr("advanced_msg.dlq-alert.no_alert", state=state)
     if not re.search(rf"(?<![\d.]){entries}(?![\d.])", printed):
-        return (f"{state}, alert.py printed no depth {entries}: print a line with the DLQ's depth "
-                f"(e.g. `{DLQ} depth={entries}`). It printed: {printed[:200] or 'nothing'}")
+        return tr("advanced_msg.dlq-alert.no_depth", state=state, entries=entries, dlq=DLQ,
+                  printed=printed[:200] or tr("advanced_msg.dlq-alert.nothing"))
     if alert.left != entries:
-        return (f"{state}, alert.py left {alert.left or 0} in {DLQ}: an alert only reads the depth (LLEN), it "
-                f"never takes entries out.")
+        return tr("advanced_msg.dlq-alert.took_entries", state=state, left=alert.left or 0, dlq=DLQ)
     return ""
 
 
@@ -45,8 +46,7 @@ def test_alert_reports_dlq_depth_with_its_exit_status(advanced_run, request):
     for alert in advanced_run.alerts:
         observe.attach(request.node, alert.run)
     if not advanced_run.alerts or advanced_run.alerts[0].run.missing:
-        fail("alert.py is missing from your submission: add a command an operator (or cron) runs to learn the "
-             "DLQ's depth; it exits non-zero when the DLQ is not empty.")
+        fail(tr("advanced_msg.dlq-alert.missing"))
     problems = [p for p in map(_problem, advanced_run.alerts) if p]
     if problems:
         fail("\n".join(problems))

@@ -6,7 +6,7 @@ reference to something that does not exist. The run holds one message of each ki
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
-from retrylab.checks.backoff_dlq.messages import decode_json, message_id, shorten
+from retrylab.checks.backoff_dlq.messages import decode_json, message_id, shorten, tr
 from retrylab.fixtures.messages import DLQ
 from retrylab.verdict import fail
 
@@ -14,53 +14,67 @@ pytestmark = pytest.mark.advanced("error-classes")
 
 
 def _entry_for(advanced_run, message):
-    """The decoded DLQ entry for `message` (None if there is none), and a problem with it."""
+    """The decoded DLQ entry for `message` (None if there is none), and what the first entry holding
+    its id looks like when none decodes to it ("" when one does, or when there is none)."""
     for raw in advanced_run.dlq_entries_for(message):
         value, problem = decode_json(raw)
         if not problem and message_id(value) == message["id"]:
             return value, ""
     raws = advanced_run.dlq_entries_for(message)
     if raws:
-        raw = shorten(raws[0].decode("utf-8", "replace"))
-        return None, f"its DLQ entry is not a JSON object carrying the message: {raw}"
+        return None, shorten(raws[0].decode("utf-8", "replace"))
     return None, ""
 
 
-def _problems(advanced_run) -> list[str]:
-    problems = []
-    for kind in advanced.TRANSIENT:
-        message = advanced_run.of_kind(kind)
-        calls = len(advanced_run.calls_for(message))
-        in_dlq = bool(advanced_run.dlq_entries_for(message))
-        if calls != advanced.MAX_ATTEMPTS or not in_dlq:
-            where = "then went to the DLQ" if in_dlq else f"and it is not in {DLQ}"
-            problems.append(f"{kind} ({advanced.DESCRIBE[kind]}, transient): process was called {calls} time(s) "
-                            f"{where}; expected {advanced.MAX_ATTEMPTS} attempts, then the DLQ.")
-    for kind in advanced.PERMANENT:
-        message = advanced_run.of_kind(kind)
-        calls = advanced_run.calls_for(message)
-        entry, problem = _entry_for(advanced_run, message)
-        if len(calls) != 1:
-            problems.append(f"{kind} ({advanced.DESCRIBE[kind]}, permanent): process was called {len(calls)} "
-                            f"time(s); a retry cannot fix it, so it goes to {DLQ} after the first attempt.")
-        elif problem or entry is None:
-            problems.append(f"{kind} ({advanced.DESCRIBE[kind]}, permanent): {problem or f'it never reached {DLQ}'}.")
-        else:
-            text = calls[0].error or ""
-            error = entry.get("error") if isinstance(entry, dict) else None
-            if not isinstance(error, str) or text not in error:
-                problems.append(f"{kind} ({advanced.DESCRIBE[kind]}, permanent): its DLQ entry's error is "
-                                f"{shorten(repr(error), 80)}; record why it was not retried: the exception's text "
-                                f"{shorten(repr(text), 80)}.")
+def _transient_problem(advanced_run, kind: str) -> str:
+    message = advanced_run.of_kind(kind)
+    calls = len(advanced_run.calls_for(message))
+    in_dlq = bool(advanced_run.dlq_entries_for(message))
+    if calls == advanced.MAX_ATTEMPTS and in_dlq:
+        return ""
+    key = "advanced_msg.error-classes.transient_in_dlq" if in_dlq else "advanced_msg.error-classes.transient_not_in_dlq"
+    return tr(key, kind=kind, what=advanced.describe_kind(kind), calls=calls, max=advanced.MAX_ATTEMPTS, dlq=DLQ)
+
+
+def _permanent_problem(advanced_run, kind: str) -> str:
+    message = advanced_run.of_kind(kind)
+    calls = advanced_run.calls_for(message)
+    entry, raw = _entry_for(advanced_run, message)
+    facts = dict(kind=kind, what=advanced.describe_kind(kind), dlq=DLQ)
+    if len(calls) != 1:
+        return tr("advanced_msg.error-classes.permanent_calls", calls=len(calls), **facts)
+    if raw:
+        return tr("advanced_msg.error-classes.permanent_bad_entry", raw=raw, **facts)
+    if entry is None:
+        return tr("advanced_msg.error-classes.permanent_missing", **facts)
+    text = calls[0].error or ""
+    error = entry.get("error") if isinstance(entry, dict) else None
+    if not isinstance(error, str) or text not in error:
+        return tr("advanced_msg.error-classes.permanent_error", error=shorten(repr(error), 80),
+                  text=shorten(repr(text), 80), **facts)
+    return ""
+
+
+def _flaky_problem(advanced_run) -> str:
     flaky = advanced_run.of_kind(advanced.FLAKY)
     calls = advanced_run.calls_for(flaky)
     succeeded = any(c.outcome == "ok" for c in calls)
-    if len(calls) != advanced.FLAKY_CALLS or not succeeded or advanced_run.dlq_entries_for(flaky):
-        outcome = "it succeeded" if succeeded else "it never succeeded"
-        dead = f" and it is in {DLQ}" if advanced_run.dlq_entries_for(flaky) else ""
-        problems.append(f"flaky ({advanced.DESCRIBE['flaky']}): process was called {len(calls)} time(s), "
-                        f"{outcome}{dead}; a timeout is transient: retried, it succeeds on the 3rd attempt.")
-    return problems
+    dead = bool(advanced_run.dlq_entries_for(flaky))
+    if len(calls) == advanced.FLAKY_CALLS and succeeded and not dead:
+        return ""
+    outcome = {(True, False): "advanced_msg.error-classes.succeeded",
+               (False, False): "advanced_msg.error-classes.never_succeeded",
+               (True, True): "advanced_msg.error-classes.succeeded_in_dlq",
+               (False, True): "advanced_msg.error-classes.never_succeeded_in_dlq"}[succeeded, dead]
+    return tr("advanced_msg.error-classes.flaky", what=advanced.describe_kind(advanced.FLAKY), calls=len(calls),
+              outcome=tr(outcome, dlq=DLQ))
+
+
+def _problems(advanced_run) -> list[str]:
+    problems = [_transient_problem(advanced_run, kind) for kind in advanced.TRANSIENT]
+    problems += [_permanent_problem(advanced_run, kind) for kind in advanced.PERMANENT]
+    problems.append(_flaky_problem(advanced_run))
+    return [p for p in problems if p]
 
 
 def test_transient_errors_are_retried_and_permanent_ones_dead_lettered_at_once(advanced_run, request):
@@ -68,8 +82,7 @@ def test_transient_errors_are_retried_and_permanent_ones_dead_lettered_at_once(a
     observe.attach(request.node, run)
     observe.require_script(run, "worker.py")
     if not run.calls:
-        fail(f"process(msg) was never called. {observe.how_it_ran(run)}")
+        fail(tr("step1.never_called", how=observe.how_it_ran(run)))
     problems = _problems(advanced_run)
     if problems:
-        fail("the worker does not tell failures worth retrying from those that are not:\n"
-             + "\n".join(f"- {p}" for p in problems))
+        fail("\n".join([tr("advanced_msg.error-classes.intro"), *(f"- {p}" for p in problems)]))

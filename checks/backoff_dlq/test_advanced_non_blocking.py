@@ -2,6 +2,7 @@
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
+from retrylab.checks.backoff_dlq.messages import tr
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.advanced("non-blocking")
@@ -14,11 +15,9 @@ def test_good_messages_are_not_held_up_by_a_retry_wait(advanced_run, request):
     goods = advanced_run.goods
     delays = advanced.blocked_goods(run.calls, goods)
     if len(delays) < len(goods):
-        fail(f"{len(goods) - len(delays)} of the {len(goods)} good messages queued among failing ones never "
-             f"reached process. {observe.how_it_ran(run)}")
+        fail(tr("advanced_msg.non-blocking.never_processed", missing=len(goods) - len(delays), total=len(goods),
+                how=observe.how_it_ran(run)))
     good, delay = max(delays, key=lambda pair: pair[1])
     if delay > advanced.BLOCKED:
         failing = ", ".join(advanced.TRANSIENT + (advanced.FLAKY,))
-        fail(f"a good message queued behind failing ones ({failing}) was processed only after the worker had "
-             f"waited {delay:.1f} s (virtual) with it ready in the queue: the worker sleeps before requeueing "
-             f"(or retries in place), so every message behind a failing one waits out its backoff too.")
+        fail(tr("advanced_msg.non-blocking.held_up", failing=failing, delay=delay))

@@ -6,8 +6,10 @@ import signal
 from pathlib import Path
 
 from retrylab import exercise as exercises
+from retrylab import i18n
 from retrylab.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
+from retrylab.commands.check import add_lang_argument
 
 # Each grading needs a Redis of its own: `url` names one shared server, so it is not offered here.
 PRIVATE_BACKENDS = sorted(name for name in BACKENDS if name != "url")
@@ -35,6 +37,7 @@ def register(subparsers) -> None:
     batch.add_argument("--step-timeout", type=float, metavar="SECONDS",
                        help="time limit of every step (default: each step's own, from exercise.toml)")
     batch.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    add_lang_argument(batch)
 
 
 def validate(args):
@@ -67,12 +70,14 @@ def run(args) -> int:
 
     from retrylab import batch
     shard = validate(args)
+    lang = i18n.resolve(args.lang)
     config = batch.BatchConfig(backend=args.backend, exercise_id=args.exercise, step_timeout=args.step_timeout,
-                               timeout=args.timeout, jobs=args.jobs)
+                               timeout=args.timeout, jobs=args.jobs, lang=lang)
     submissions = batch.select(batch.discover(args.directory), shard)
     console = Console(stderr=True)
-    progress = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(),
+    errors_column = i18n.label("batch.errors", lang, errors="{task.fields[errors]}")  # rich fills it in
+    progress = Progress(TextColumn(i18n.label("batch.progress", lang)), BarColumn(), MofNCompleteColumn(),
+                        TextColumn(errors_column), TimeElapsedColumn(),
                         TextColumn("ETA"), TimeRemainingColumn(), console=console)
     task = progress.add_task("grading", total=len(submissions), errors=0)
     errors = 0
@@ -92,11 +97,11 @@ def run(args) -> int:
             summary = batch.run_batch(submissions, config, args.out, on_start=started, on_done=done)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    where = f" (shard {args.shard})" if shard else ""
-    console.print(f"retrylab: {len(summary.rows)} submission(s){where}: {summary.graded} graded, "
-                  f"{summary.reused} unchanged, {summary.errors} error(s) in {summary.seconds:.1f} s "
-                  f"-> {args.out}", highlight=False, soft_wrap=True)
+    where = i18n.label("batch.shard", lang, shard=args.shard) if shard else ""
+    console.print(i18n.label("batch.summary", lang, count=len(summary.rows), shard=where, graded=summary.graded,
+                             reused=summary.reused, errors=summary.errors, seconds=summary.seconds,
+                             out=str(args.out)), highlight=False, soft_wrap=True, markup=False)
     if summary.interrupted:
-        console.print("retrylab: interrupted; run the same command again to resume", highlight=False)
+        console.print(i18n.label("batch.resume", lang), highlight=False)
         return 130
     return 0

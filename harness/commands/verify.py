@@ -3,6 +3,7 @@
 For lab platforms' check buttons: looks at the learner's files in DIR and the learner's own Redis
 as they stand, never runs the learner's code and never writes to that Redis. Exit status 0 done,
 1 not yet (with what is missing and the step's hint), 2 cannot check (e.g. Redis does not answer).
+It speaks the learner's language: `--lang`, else the locale, as `retrylab check`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 
 from retrylab import exercise as exercises
+from retrylab import i18n
 from retrylab.commands import UsageError
+from retrylab.commands.check import add_lang_argument
 from retrylab.verify import DEFAULT_REDIS_URL, CannotCheck, render, verify
 
 
@@ -25,18 +28,21 @@ def register(subparsers) -> None:
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, metavar="URL",
                         help=f"the learner's Redis, only read from (default: {DEFAULT_REDIS_URL})")
     parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    add_lang_argument(parser)
 
 
 def run(args) -> int:
+    lang = i18n.resolve(args.lang)
     if not args.directory.is_dir():
-        raise UsageError(f"{args.directory} is not a directory")
+        raise UsageError(i18n.label("verify.not_a_directory", lang, path=str(args.directory)))
     exercise = exercises.get(args.exercise)
     known = sorted(s.number for s in exercise.steps)
     if args.step not in known:
-        raise UsageError(f"no step {args.step} in {exercise.id} (steps are {known[0]}-{known[-1]})")
+        raise UsageError(i18n.label("explain.unknown", lang, step=args.step, exercise=exercise.id,
+                                    first=known[0], last=known[-1]))
     try:
-        result = verify(args.directory, args.step, redis_url=args.redis_url, exercise_id=exercise.id)
+        result = verify(args.directory, args.step, redis_url=args.redis_url, exercise_id=exercise.id, lang=lang)
     except CannotCheck as exc:
-        raise UsageError(f"cannot check step {args.step}: {exc}") from None
+        raise UsageError(i18n.label("verify.cannot_check", lang, step=args.step, reason=str(exc))) from None
     sys.stdout.write(render(result))
     return 0 if result.done else 1

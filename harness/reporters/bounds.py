@@ -1,11 +1,28 @@
 """Text every reporter needs: lengths bounded with a visible notice, and strings any format can carry.
 
 A learner's script can print anything (megabytes, ANSI colours, bytes that are not UTF-8), and a
-check's message can quote it, so reporters never pass text through unbounded or unchecked.
+check's message can quote it, so reporters never pass text through unbounded or unchecked. What a
+reporter adds in words (the notice of what was left out) is in the report's language.
 """
 from __future__ import annotations
 
-_NOTICE = "\n[... {omitted} characters of {what} omitted ...]\n"
+from retrylab import i18n
+
+
+def language(report) -> str:
+    """The language a report is in; English for one we do not have (e.g. a report read back from JSON)."""
+    lang = getattr(report, "lang", None)
+    return lang if lang in i18n.LANGUAGES else i18n.DEFAULT
+
+
+def default_message(result, lang: str) -> str:
+    """What a step that did not pass says when its check gave no message."""
+    return i18n.label("formats.not_judged" if result.status == "error" else "formats.step_fails", lang)
+
+
+def _notice(omitted: int, what: str, lang: str) -> str:
+    """The line that stands for what was left out; `what` is "output" or "message"."""
+    return "\n" + i18n.label(f"formats.omitted.{what}", lang, omitted=omitted) + "\n"
 
 
 def utf8_safe(text: str) -> str:
@@ -29,9 +46,9 @@ def _cut(text: str, start: int, stop: int | None, utf8: bool) -> str:
     return text.encode("utf-8")[start:stop].decode("utf-8", "ignore")
 
 
-def bounded(text: str, limit: int, what: str = "output", *, utf8: bool = False) -> str:
+def bounded(text: str, limit: int, what: str = "output", *, utf8: bool = False, lang: str = i18n.DEFAULT) -> str:
     """`text` if it fits in `limit` characters (UTF-8 bytes with `utf8=True`); else its beginning and
-    its end, each about half of what fits, around a notice that says how much was left out.
+    its end, each about half of what fits, around a notice (in `lang`) that says how much was left out.
 
     The end is kept as well as the beginning: a learner's script prints its traceback last and a
     check's message ends with the hint. The result always fits in `limit`.
@@ -39,10 +56,19 @@ def bounded(text: str, limit: int, what: str = "output", *, utf8: bool = False) 
     size = _size(text, utf8)
     if size <= limit:
         return text
-    # Reserve room for the longest notice this text can need (the count can only be smaller).
-    room = limit - _size(_NOTICE.format(omitted=len(text), what=what), utf8)
-    if room < 2:
-        return _cut(text, 0, max(limit, 0), utf8)
+    # Room for the notice as it reads for the whole text's length; a smaller count can read longer
+    # (another plural form), so the room shrinks by what a first try overran.
+    reserve = _size(_notice(len(text), what, lang), utf8)
+    while limit - reserve >= 2:
+        kept = _around_notice(text, size, limit - reserve, what, utf8, lang)
+        over = _size(kept, utf8) - limit
+        if over <= 0:
+            return kept
+        reserve += over
+    return _cut(text, 0, max(limit, 0), utf8)  # no room for a notice
+
+
+def _around_notice(text: str, size: int, room: int, what: str, utf8: bool, lang: str) -> str:
     head = _cut(text, 0, room - room // 2, utf8)
     tail = _cut(text, size - room // 2, None, utf8) if room // 2 else ""
     # Whole lines where that costs at most half of each part.
@@ -51,4 +77,4 @@ def bounded(text: str, limit: int, what: str = "output", *, utf8: bool = False) 
     cut = tail.find("\n", 0, len(tail) // 2)
     tail = tail[cut + 1:] if cut >= 0 else tail
     omitted = len(text) - len(head) - len(tail)
-    return head + _NOTICE.format(omitted=omitted, what=what) + tail
+    return head + _notice(omitted, what, lang) + tail

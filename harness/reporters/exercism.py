@@ -14,12 +14,16 @@ https://exercism.org/docs/building/tooling/test-runners/interface
 One deliberate reading: a failed advanced check does not turn the top-level status to fail. The lab's
 result is its steps' (as the exit status and the other reporters say); an optional advanced check
 must not fail a learner who did the lab. Its own test entry still says fail.
+
+Human text (test names, notices, fallback messages) is in the report's language; the fields the spec
+defines (status values, task_id, the `advanced:` prefix of a name) are the same in every language.
 """
 from __future__ import annotations
 
 import json
 
-from retrylab.reporters.bounds import bounded, utf8_safe
+from retrylab import i18n
+from retrylab.reporters.bounds import bounded, language, utf8_safe
 from retrylab.reporters.github import inert_json
 from retrylab.results import Report, StepResult
 
@@ -27,9 +31,10 @@ MESSAGE_LIMIT = 65535   # UTF-8 bytes (the spec's characters, less with multi-by
 OUTPUT_LIMIT = 500      # characters
 
 
-def display_name(result: StepResult) -> str:
+def display_name(result: StepResult, lang: str = i18n.DEFAULT) -> str:
+    """"step 3: <title>" in `lang`; an advanced check keeps its `advanced:<id>` name in front."""
     if result.number is not None:
-        return f"step {result.number}: {result.title}"
+        return i18n.label("formats.step_title", lang, number=result.number, title=result.title)
     return f"{result.name}: {result.title}" if result.title else result.name
 
 
@@ -38,12 +43,12 @@ def in_step_order(results) -> list[StepResult]:
     return sorted(results, key=lambda r: (r.number is None, r.number or 0))
 
 
-def _test(result: StepResult) -> dict:
-    entry: dict = {"name": utf8_safe(display_name(result)), "status": result.status}
+def _test(result: StepResult, lang: str) -> dict:
+    entry: dict = {"name": utf8_safe(display_name(result, lang)), "status": result.status}
     if result.message and not result.passed:
-        entry["message"] = bounded(utf8_safe(result.message), MESSAGE_LIMIT, "message", utf8=True)
+        entry["message"] = bounded(utf8_safe(result.message), MESSAGE_LIMIT, "message", utf8=True, lang=lang)
     if result.output:
-        entry["output"] = bounded(utf8_safe(result.output), OUTPUT_LIMIT, "output")
+        entry["output"] = bounded(utf8_safe(result.output), OUTPUT_LIMIT, "output", lang=lang)
     if result.number is not None:
         entry["task_id"] = result.number
     return entry
@@ -58,13 +63,14 @@ def _error_message(report: Report) -> str:
     if report.harness_error:
         return report.harness_error
     reasons = list(dict.fromkeys(r.message for r in report.lab_results if r.message))
-    return "; ".join(reasons) or "retrylab could not run any check"
+    return "; ".join(reasons) or i18n.label("formats.nothing_ran", language(report))
 
 
 def to_dict(report: Report) -> dict:
-    tests = [_test(r) for r in in_step_order(report.results)]
+    lang = language(report)
+    tests = [_test(r, lang) for r in in_step_order(report.results)]
     if _nothing_ran(report):
-        message = bounded(utf8_safe(_error_message(report)), MESSAGE_LIMIT, "message", utf8=True)
+        message = bounded(utf8_safe(_error_message(report)), MESSAGE_LIMIT, "message", utf8=True, lang=lang)
         return {"version": 3, "status": "error", "message": message, "tests": tests}
     return {"version": 3, "status": "pass" if report.lab_passed else "fail", "tests": tests}
 

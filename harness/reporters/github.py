@@ -10,7 +10,7 @@ Where they go: the runner reads workflow commands from a step's stderr as well a
 so `retrylab check` prints them on stderr and stdout keeps only the report (`--format exercism`
 etc. stay machine-readable). A file given as an absolute path under the workspace is made relative
 to the repository by the runner (IssueCommandExtension), so the CLI passes the submission's absolute
-path.
+path. Titles and messages are in the report's language.
 
 Also here: `inert_json`/`inert_xml`, used by the reporters whose output may go to stdout in a GitHub
 job. A check's message can quote the learner's files and output; a quoted `::stop-commands::x` at
@@ -22,7 +22,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from retrylab.reporters.bounds import bounded, utf8_safe
+from retrylab import i18n
+from retrylab.reporters.bounds import bounded, default_message, language, utf8_safe
 from retrylab.results import Report, StepResult
 
 MESSAGE_LIMIT = 8000   # characters of an annotation's message; the step's full text is in the report
@@ -50,31 +51,32 @@ def command(kind: str, message: str, *, file: str | None = None, line: int | Non
     return f"{head}::{escape_data(utf8_safe(message))}\n"
 
 
-def _label(result: StepResult) -> str:
-    what = f"step {result.number}" if result.number is not None else result.name
-    return f"retrylab {what}: {result.title}"
+def _label(result: StepResult, lang: str) -> str:
+    what = (i18n.label("formats.step_title", lang, number=result.number, title=result.title)
+            if result.number is not None else f"{result.name}: {result.title}")
+    return f"retrylab {what}"
 
 
-def _annotation(result: StepResult, submission_dir: str) -> str:
+def _annotation(result: StepResult, submission_dir: str, lang: str) -> str:
     # Advanced checks do not change the lab's result: a warning, not an error.
     kind = "warning" if result.advanced else "error"
     file = line = None
     if result.location is not None:
         name, line = result.location
         file = posixpath.join(submission_dir, name)
-    message = result.message or ("the harness could not judge this step" if result.status == "error"
-                                 else "this step fails")
-    return command(kind, bounded(message, MESSAGE_LIMIT, "message"), file=file, line=line,
-                   title=_label(result))
+    message = result.message or default_message(result, lang)
+    return command(kind, bounded(message, MESSAGE_LIMIT, "message", lang=lang), file=file, line=line,
+                   title=_label(result, lang))
 
 
 def render(report: Report, submission_dir: str | None = None) -> str:
     """The annotations for `report` (empty when everything passed). `submission_dir` is where the
     learner's files are, best absolute (default: the report's submission path as given)."""
     root = submission_dir if submission_dir is not None else report.submission
-    lines = [_annotation(r, root) for r in report.results if not r.passed]
+    lang = language(report)
+    lines = [_annotation(r, root, lang) for r in report.results if not r.passed]
     if report.harness_error:
-        lines.append(command("error", report.harness_error, title="retrylab could not grade everything"))
+        lines.append(command("error", report.harness_error, title=i18n.label("formats.could_not_grade", lang)))
     return "".join(lines)
 
 

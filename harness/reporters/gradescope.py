@@ -9,13 +9,15 @@ Points: a lab step is worth its `weight` from exercise.toml (all or nothing); an
 worth 0 (max_score 0: it shows, passed or failed, without moving the grade). A step the harness
 could not judge is failed with 0 points and says so: Gradescope has no "error" status, and the top
 level output tells the student the grading was incomplete. Top-level `score` is the sum of the tests'.
+Every text a student reads (names, outputs, the summary) is in the report's language.
 """
 from __future__ import annotations
 
 import json
 import math
 
-from retrylab.reporters.bounds import bounded, utf8_safe
+from retrylab import i18n
+from retrylab.reporters.bounds import bounded, language, utf8_safe
 from retrylab.reporters.exercism import display_name, in_step_order
 from retrylab.reporters.github import inert_json
 from retrylab.results import Report, StepResult
@@ -33,58 +35,59 @@ def _number(result: StepResult, advanced_index: int) -> str:
     return str(result.number) if result.number is not None else f"A{advanced_index}"
 
 
-def _output(result: StepResult) -> str:
+def _output(result: StepResult, lang: str) -> str:
     parts = []
     if result.status == "error":
-        parts.append("retrylab could not judge this step, so it scores 0; this is not a verdict on your work.")
+        parts.append(i18n.label("gradescope.not_judged", lang))
     if result.message and not result.passed:
-        parts.append(bounded(utf8_safe(result.message), MESSAGE_LIMIT, "message"))
+        parts.append(bounded(utf8_safe(result.message), MESSAGE_LIMIT, "message", lang=lang))
     if result.output:
-        parts.append("What your scripts printed:\n" + bounded(utf8_safe(result.output), OUTPUT_LIMIT, "output"))
+        printed = bounded(utf8_safe(result.output), OUTPUT_LIMIT, "output", lang=lang)
+        parts.append(i18n.label("gradescope.printed", lang) + "\n" + printed)
     if result.advanced:
-        parts.append("Advanced check: reported apart, worth no points.")
+        parts.append(i18n.label("gradescope.advanced", lang))
     return "\n\n".join(parts)
 
 
-def _test(result: StepResult, advanced_index: int) -> dict:
+def _test(result: StepResult, advanced_index: int, lang: str) -> dict:
     max_score = 0.0 if result.advanced else max(float(result.weight), 0.0)
     return {
-        "name": utf8_safe(display_name(result)),
+        "name": utf8_safe(display_name(result, lang)),
         "number": _number(result, advanced_index),
         "score": _points(max_score if result.passed else 0.0),
         "max_score": _points(max_score),
         "status": "passed" if result.passed else "failed",
-        "output": _output(result),
+        "output": _output(result, lang),
         "visibility": VISIBILITY,
     }
 
 
-def _summary(report: Report, score: float, possible: float) -> str:
+def _summary(report: Report, score: float, possible: float, lang: str) -> str:
     lab = report.lab_results
-    passed = sum(r.passed for r in lab)
-    lines = [f"{report.exercise_title}: {passed}/{len(lab)} lab steps pass,"
-             f" {_points(score)}/{_points(possible)} points."]
+    lines = [i18n.label("gradescope.summary", lang, title=report.exercise_title, passed=sum(r.passed for r in lab),
+                        total=len(lab), score=_points(score), possible=_points(possible))]
     advanced = report.advanced_results
     if advanced:
-        lines.append(f"Advanced checks (no points): {sum(r.passed for r in advanced)}/{len(advanced)} pass.")
+        lines.append(i18n.label("gradescope.summary_advanced", lang, passed=sum(r.passed for r in advanced),
+                                total=len(advanced)))
     if report.harness_error or any(r.status == "error" for r in report.results):
-        reason = report.harness_error or "a step could not be judged"
-        lines.append(f"retrylab could not grade everything ({utf8_safe(reason)}): ask your instructor to"
-                     " re-run the autograder; steps it could not judge score 0.")
+        reason = report.harness_error or i18n.label("gradescope.a_step_not_judged", lang)
+        lines.append(i18n.label("gradescope.incomplete", lang, reason=utf8_safe(reason)))
     return "\n".join(lines)
 
 
 def to_dict(report: Report) -> dict:
+    lang = language(report)
     tests, advanced_index = [], 0
     for result in in_step_order(report.results):
         advanced_index += result.advanced
-        tests.append(_test(result, advanced_index))
+        tests.append(_test(result, advanced_index, lang))
     score = sum(t["score"] for t in tests)
     possible = sum(t["max_score"] for t in tests)
     return {
         "score": _points(score),
         "execution_time": math.ceil(max(report.seconds, 0.0)),
-        "output": _summary(report, score, possible),
+        "output": _summary(report, score, possible, lang),
         "tests": tests,
     }
 

@@ -5,30 +5,18 @@ line is kept free of unbalanced bidi controls, so a Persian report stays readabl
 """
 from __future__ import annotations
 
-import unicodedata
-
 from retrylab import i18n
+from retrylab.reporters.bounds import language
 from retrylab.results import Report, StepResult
 
 _STATUSES = ("pass", "fail", "error")
 
 
-def _width(text: str) -> int:
-    """Columns a terminal gives `text`: wide CJK characters take two, marks and controls none."""
-    width = 0
-    for char in text:
-        if unicodedata.combining(char) or unicodedata.category(char) == "Cf":
-            continue
-        width += 2 if unicodedata.east_asian_width(char) in "WF" else 1
-    return width
-
-
 def _line(result: StepResult, lang: str) -> str:
     marks = {status: i18n.label(f"report.{status}", lang) for status in _STATUSES}
-    column = max(map(_width, marks.values()))
-    mark = marks[result.status]
+    column = max(map(i18n.width, marks.values()))
     label = i18n.label("report.step", lang, number=result.number) if result.number is not None else result.name
-    return f"{mark}{' ' * (column - _width(mark))} {label}: {result.title}"
+    return f"{i18n.pad(marks[result.status], column)} {label}: {result.title}"
 
 
 def _detail(result: StepResult) -> list[str]:
@@ -38,7 +26,7 @@ def _detail(result: StepResult) -> list[str]:
 
 
 def render(report: Report) -> str:
-    lang = report.lang if report.lang in i18n.LANGUAGES else i18n.DEFAULT
+    lang = language(report)
     lines = [i18n.label("report.header", lang, version=report.harness_version, exercise=report.exercise_id,
                         title=report.exercise_title),
              i18n.label("report.submission", lang, path=report.submission, backend=report.backend), ""]
