@@ -313,10 +313,16 @@ def runner_would_obey(line: str) -> bool:
     return line.lstrip().startswith("::") or "##[" in line
 
 
-@pytest.mark.parametrize("fmt", ["exercism", "gradescope", "junit"])
-def test_machine_readable_reports_hold_no_workflow_command(fmt):
+@pytest.mark.parametrize("fmt", ["exercism", "gradescope", "junit", "text"])
+def test_reports_hold_no_workflow_command(fmt):
     rendered = FORMATS[fmt](UNICODE)
     assert not [line for line in re.split(r"\r\n|\r|\n", rendered) if runner_would_obey(line)]
+
+
+def test_the_text_report_still_shows_the_quoted_lines():
+    shown = FORMATS["text"](UNICODE).replace("\u2060", "")   # the word joiner is invisible
+    for line in INJECTION.splitlines():
+        assert line in shown
 
 
 def test_neutralised_text_reads_back_unchanged():

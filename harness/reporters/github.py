@@ -12,8 +12,8 @@ etc. stay machine-readable). A file given as an absolute path under the workspac
 to the repository by the runner (IssueCommandExtension), so the CLI passes the submission's absolute
 path. Titles and messages are in the report's language.
 
-Also here: `inert_json`/`inert_xml`, used by the reporters whose output may go to stdout in a GitHub
-job. A check's message can quote the learner's files and output; a quoted `::stop-commands::x` at
+Also here: `inert_json`/`inert_xml`/`inert_text`, used by the reporters whose output may go to stdout in a
+GitHub job. A check's message can quote the learner's files and output; a quoted `::stop-commands::x` at
 the start of a line, or a legacy `##[error]` anywhere in one, would otherwise be obeyed by the runner.
 Both rewrite only characters inside strings, as escapes that every parser decodes back.
 """
@@ -90,6 +90,16 @@ def inert_json(serialized: str) -> str:
     """Serialized JSON in which no learner text can act as a workflow command. JSON escapes line
     breaks inside strings, so only the legacy `##[` (matched anywhere in a line) needs care."""
     return serialized.replace("##[", "\\u0023#[")
+
+
+_WORD_JOINER = "\u2060"   # invisible, and no line break: a reader sees the text as it was
+
+
+def inert_text(text: str) -> str:
+    """Human text in which no line starts with `::` and none holds `##[`: a word joiner goes between
+    the two characters (the text report is read, not parsed back, so it need not decode)."""
+    text = text.replace("##[", f"#{_WORD_JOINER}#[")
+    return _LINE_START_COMMAND.sub(rf"\1:{_WORD_JOINER}:", text)
 
 
 def inert_xml(serialized: str) -> str:

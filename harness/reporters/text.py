@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from retrylab import i18n
 from retrylab.reporters.bounds import language
+from retrylab.reporters.github import inert_text
 from retrylab.results import Report, StepResult
 
 _STATUSES = ("pass", "fail", "error")
@@ -43,4 +44,5 @@ def render(report: Report) -> str:
                              seconds=report.seconds)]
     if report.harness_error:
         lines.append(i18n.label("report.could_not_grade", lang, error=report.harness_error))
-    return "\n".join(i18n.balance(line) for line in lines) + "\n"
+    # on stdout in a GitHub job, a learner's quoted `::stop-commands::` line would be obeyed
+    return inert_text("\n".join(i18n.balance(line) for line in lines)) + "\n"
