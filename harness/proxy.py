@@ -44,6 +44,23 @@ class Command:
         return self.args[0].decode("latin-1").upper() if self.args else ""
 
 
+REDACTED = b"(redacted)"
+
+
+def _redacted(args: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The command as recorded: a password (AUTH [user] pass, HELLO ... AUTH user pass) never is."""
+    name = args[0].upper() if args else b""
+    if name == b"AUTH" and len(args) > 1:
+        return args[:-1] + (REDACTED,)
+    if name == b"HELLO":
+        upper = [a.upper() for a in args]
+        if b"AUTH" in upper:
+            at = upper.index(b"AUTH") + 2   # AUTH username password
+            if at < len(args):
+                return args[:at] + (REDACTED,) + args[at + 1:]
+    return args
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # client -> server: commands
 
@@ -705,7 +722,7 @@ class RecordingProxy:
             commands = self._commands
             for args, truncated in parsed:
                 self._seq += 1
-                record = (self._seq, num, now, args, truncated)  # a Command's fields
+                record = (self._seq, num, now, _redacted(args), truncated)  # a Command's fields
                 if len(commands) < self._max_commands:
                     commands.append(record)
                 else:

@@ -25,7 +25,7 @@ from fakeredis import TcpFakeServer
 
 from retrylab import proxy as proxy_module
 from retrylab.backends import Endpoint, free_port
-from retrylab.proxy import Command, RecordingProxy, _CommandParser, _ProtocolConfusion, _ReplyParser, _split_inline
+from retrylab.proxy import REDACTED, Command, RecordingProxy, _CommandParser, _ProtocolConfusion, _ReplyParser, _split_inline
 
 WAIT = 15.0  # hang guard for every wait: generous, never a performance limit
 BLOCK = 30  # BLPOP timeout in seconds: longer than any wait, so a BLPOP only ends by getting an element
@@ -780,3 +780,13 @@ def test_reply_parser_counts_replies_but_not_pushes_or_attributes(seed):
 def test_reply_parser_declares_what_is_not_resp(data):
     with pytest.raises(_ProtocolConfusion):
         _ReplyParser().feed(data)
+
+
+def test_passwords_are_not_recorded(backend, proxy):
+    with socket.create_connection(proxy.address, timeout=WAIT) as sock:
+        sock.sendall(resp("AUTH", "s3cret-one") + resp("AUTH", "alice", "s3cret-two")
+                     + resp("HELLO", 2, "AUTH", "bob", "s3cret-three", "SETNAME", "w") + resp("PING"))
+        wait_until(lambda: len(proxy.commands()) == 4 and not proxy.pending(), "every reply")
+    recorded = [c.args for c in proxy.commands()]
+    assert recorded == [(b"AUTH", REDACTED), (b"AUTH", b"alice", REDACTED),
+                        (b"HELLO", b"2", b"AUTH", b"bob", REDACTED, b"SETNAME", b"w"), (b"PING",)]
