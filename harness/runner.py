@@ -21,6 +21,7 @@ from retrylab.backends import Endpoint
 from retrylab.calllog import Call, CallLog
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
+from retrylab.relay_guard import AdminGuard
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
 
 TASKPROC = Path(__file__).resolve().parent.parent / "fixtures" / "taskproc.py"
@@ -108,7 +109,8 @@ class LearnerRunner:
         if by_step_limit:
             timeout = max(0.0, left - RUN_MARGIN)
         began = time.monotonic()
-        with RecordingProxy((endpoint.host, endpoint.port)) as proxy, \
+        guard = AdminGuard(endpoint.db, shared=endpoint.shared)
+        with RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
                 endpoint.client() as client:
             calllog = CallLog(sandbox.log_file("calls.jsonl"))  # writable by the learner's uid, not replaceable
