@@ -191,20 +191,33 @@ class Backend:
 
 
 class FakeBackend(Backend):
-    """fakeredis' TCP server in a thread: nothing to install. A new server per private Redis, so no
-    state (and no client still blocked from an earlier run) can leak from one check into another."""
+    """fakeredis' TCP server: nothing to install. It runs in a child process of the grading, unprivileged, that
+    dies with it (retrylab.fake_server_process). A new server per private Redis, so no state (and no client still
+    blocked from an earlier run) can leak from one check into another."""
 
     name = "fake"
     independent_privates = True
 
+    def __init__(self):
+        from retrylab.fake_server_process import FakeServerProcess
+        self._servers = FakeServerProcess()
+
+    def start(self) -> None:
+        self._servers.start()       # the child warms up while the grading starts; private() waits for it
+
+    def stop(self) -> None:
+        self._servers.stop()
+
+    def probe(self) -> None:
+        pass                        # nothing to install: fakeredis is a dependency
+
     @contextlib.contextmanager
     def private(self):
-        from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
-        server = start_fake_server()
+        port = self._servers.new_server()
         try:
-            yield Endpoint("127.0.0.1", server.port)
+            yield Endpoint("127.0.0.1", port)
         finally:
-            stop_fake_server(server)
+            self._servers.stop_server(port)
 
 
 class RedisServerBackend(Backend):

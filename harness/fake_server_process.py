@@ -1,0 +1,172 @@
+"""The fake backend's servers, out of the grading process: one child process per grading hands out a fresh
+PatchedTcpFakeServer (on a new port) for every private Redis.
+
+Why a child: the fake server runs whatever a learner's script sends it, EVAL included. In the grading process a
+flaw in fakeredis (or its Lua bridge) would be a flaw in the grader; in a child it reaches an unprivileged process
+that holds nothing but fake Redis data. The child is started from the grading (retrylab.backends.spawn_server: its
+own process group, killed when the grading dies), imports everything it needs and warms fakeredis' Lua up while
+still privileged, then, as root, drops to a fresh unprivileged uid with no capabilities and no_new_privs, and bounds
+its own memory. One process per grading keeps the cost to one interpreter start (~0.3 s, overlapped with the
+grading's own start); a fresh server per private Redis keeps DESIGN's guarantee that no state, and no killed
+client's ghost BLPOP, carries from one check to the next.
+
+Protocol, text lines on the child's stdin and stdout: the parent writes `new`, the child answers with the new
+server's port; the parent writes `stop <port>`, nothing is answered (the server stops in the background). The child
+writes `ready` once it serves. EOF on stdin (the grading went away) ends it.
+"""
+from __future__ import annotations
+
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import threading
+
+UID_RANGE = (2_100_000_000, 2_140_000_000)   # beside the sandbox's learner uids (2.0e9-2.1e9), never a real user
+MEMORY_LIMIT = 1536 << 20                    # address space of the child: a memory bomb stops here
+THREAD_STACK = 1 << 20                       # each connection is a thread; keep their reserved stacks small
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 1, 38, 24
+READY_TIMEOUT = 30.0
+
+
+class FakeServerProcess:
+    """The parent's handle on the child. Thread-safe; `start()` returns at once, the first `new_server()` waits for
+    the child to be ready."""
+
+    def __init__(self):
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def start(self) -> FakeServerProcess:
+        from retrylab.backends import spawn_server
+        self._proc = spawn_server([sys.executable, "-I", "-m", "retrylab.fake_server_process"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  close_fds=True)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def _line(self) -> str:
+        line = self._proc.stdout.readline()
+        if not line:
+            from retrylab.backends import BackendUnavailable
+            raise BackendUnavailable("the fake Redis server process ended (exit status "
+                                     f"{self._proc.poll()}); try --backend redis-server")
+        return line.decode().strip()
+
+    def new_server(self) -> int:
+        with self._lock:
+            if self._proc is None:
+                self.start()
+            if not self._ready:
+                if self._line() != "ready":
+                    raise RuntimeError("the fake Redis server process did not start")
+                self._ready = True
+            self._proc.stdin.write(b"new\n")
+            self._proc.stdin.flush()
+            return int(self._line())
+
+    def stop_server(self, port: int) -> None:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                try:
+                    self._proc.stdin.write(b"stop %d\n" % port)
+                    self._proc.stdin.flush()
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        with self._lock:
+            proc, self._proc, self._ready = self._proc, None, False
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()      # EOF: the child ends by itself
+            proc.wait(2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the child
+
+def _prctl(option: int, arg: int) -> None:
+    import ctypes
+    if ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option})")
+
+
+def _drop_privileges(parent: int) -> None:
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    if os.geteuid() == 0:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+        for cap in range(last + 1):
+            _prctl(_PR_CAPBSET_DROP, cap)
+        uid = random.randrange(*UID_RANGE)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    # a change of credentials clears the parent-death signal: set it again, and check the parent is still there
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _warm_up(start, stop) -> None:
+    """Import and initialise, while privileged, what serving will need (the uid may not read the virtualenv)."""
+    import redis
+    server = start()
+    try:
+        with redis.Redis(port=server.port, socket_timeout=10) as client:
+            client.eval("return redis.call('SET', KEYS[1], ARGV[1])", 1, "k", "v")
+            client.function_load("#!lua name=warm\nredis.register_function('warm', function() return 1 end)")
+            client.fcall("warm", 0)
+            client.rpush("q", "x")
+            client.blpop(["q"], timeout=1)
+            client.xadd("s", {"f": "v"})
+            with client.pipeline(transaction=True) as pipe:
+                pipe.incr("n").get("n").execute()
+    finally:
+        stop(server)
+
+
+def main() -> None:
+    parent = os.getppid()
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)                       # anything printed by libraries goes to stderr, not into the protocol
+    threading.stack_size(THREAD_STACK)
+    from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
+    _warm_up(start_fake_server, stop_fake_server)
+    _drop_privileges(parent)
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    servers = {}
+    print("ready", file=out, flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if words == ["new"]:
+            server = start_fake_server()
+            servers[server.port] = server
+            print(server.port, file=out, flush=True)
+        elif len(words) == 2 and words[0] == "stop" and words[1].isdigit():
+            server = servers.pop(int(words[1]), None)
+            if server is not None:
+                threading.Thread(target=stop_fake_server, args=(server,), daemon=True).start()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
