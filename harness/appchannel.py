@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from retrylab.calllog import Call, CallRecord
+from retrylab import i18n
+from retrylab.calllog import MALFORMED, Call, CallRecord
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
 MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped
@@ -104,7 +105,8 @@ class Application(Protocol):
 
 
 class ChannelError(Exception):
-    """A request was not well-formed."""
+    """A request was not well-formed; `args[0]` is what was wrong, as a key of the engine's locales
+    under `channel.malformed` (what a malformed call's record keeps as its `error`)."""
 
 
 @dataclass
@@ -205,16 +207,14 @@ class AppChannel:
         data = connection.sock.recv(65536)
         if not data:
             if connection.inbox:    # closed in the middle of a frame
-                self.record.malformed(f"the connection closed after {len(connection.inbox)} bytes "
-                                      f"of an unfinished request", bytes(connection.inbox[:64]), self.clock)
+                self.record.malformed("unfinished", bytes(connection.inbox[:64]), self.clock)
             self._close(connection)
             return
         connection.inbox += data
         while not connection.closing and len(connection.inbox) >= _HEADER.size:
             (length,) = _HEADER.unpack_from(connection.inbox)
             if length > MAX_FRAME:
-                self.record.malformed(f"a request of {length} bytes, over the limit of {MAX_FRAME}",
-                                      bytes(connection.inbox[:64]), self.clock)
+                self.record.malformed("oversized", bytes(connection.inbox[:64]), self.clock)
                 self._reply(connection, self._error_reply("ValueError", f"request over {MAX_FRAME} bytes"))
                 connection.closing = True   # the rest of the stream cannot be framed any more
                 connection.inbox.clear()
@@ -296,24 +296,24 @@ def _decode(frame: bytes) -> dict:
     try:
         request = json.loads(frame)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ChannelError("not a JSON object") from None
+        raise ChannelError("not_json") from None
     if not isinstance(request, dict) or request.get("op") not in ("call", "advance"):
-        raise ChannelError("not a call or an advance of the clock")
+        raise ChannelError("not_request")
     return request
 
 
 def _seconds(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
-        raise ChannelError("an advance of the clock without a number of seconds")
+        raise ChannelError("bad_seconds")
     return max(0.0, float(value))
 
 
 def _call_of(request: dict, functions: frozenset[str]) -> tuple[str, tuple[Argument, ...], int | None]:
     fn, raw_args, pid = request.get("fn"), request.get("args"), request.get("pid")
     if not isinstance(fn, str) or fn not in functions:
-        raise ChannelError(f"an unknown function {str(fn)[:40]!r}")
+        raise ChannelError("unknown_function")
     if not isinstance(raw_args, list) or len(raw_args) > 8:
-        raise ChannelError("arguments that are not a short list")
+        raise ChannelError("bad_arguments")
     if not (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 1 << 32):
         pid = None
     return fn, tuple(_argument(a) for a in raw_args), pid
@@ -321,7 +321,7 @@ def _call_of(request: dict, functions: frozenset[str]) -> tuple[str, tuple[Argum
 
 def _argument(raw) -> Argument:
     if not isinstance(raw, dict) or not isinstance(raw.get("json"), str):
-        raise ChannelError("an argument without its JSON text")
+        raise ChannelError("bad_arguments")
     text, type_name = raw["json"], raw.get("type")
     if not isinstance(type_name, str) or not type_name.isidentifier() or len(type_name) > 64:
         type_name = "object"
@@ -341,3 +341,13 @@ def _attributes(error: BaseException) -> dict:
         if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None))):
             found[name] = value
     return found
+
+
+def describe_malformed(call: Call) -> str:
+    """What was wrong with a malformed call's request, for a learner, in the current language."""
+    return i18n.label(f"channel.malformed.{call.error}") if call.outcome == MALFORMED else ""
+
+
+def describe_call_limit(script: str, limit: int) -> str:
+    """Why a run was stopped for making too many calls, in the current language."""
+    return i18n.label("channel.call_limit", script=script, limit=limit)
