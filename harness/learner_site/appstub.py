@@ -37,6 +37,15 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+def disconnect() -> None:
+    """Close this process's connection (the next request opens one to the socket named then)."""
+    global _sock
+    with _lock:
+        if _sock is not None:
+            _sock.close()
+            _sock = None
+
+
 def _recv_exactly(sock, n: int) -> bytes:
     data = bytearray()
     while len(data) < n:
