@@ -215,9 +215,9 @@ class AppChannel:
             (length,) = _HEADER.unpack_from(connection.inbox)
             if length > MAX_FRAME:
                 self.record.malformed("oversized", bytes(connection.inbox[:64]), self.clock)
-                self._reply(connection, self._error_reply("ValueError", f"request over {MAX_FRAME} bytes"))
                 connection.closing = True   # the rest of the stream cannot be framed any more
                 connection.inbox.clear()
+                self._reply(connection, self._error_reply("ValueError", f"request over {MAX_FRAME} bytes"))
                 break
             if len(connection.inbox) < _HEADER.size + length:
                 break
