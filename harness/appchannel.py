@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from retrylab import i18n
 from retrylab.calllog import MALFORMED, Call, CallRecord
+from retrylab.proxy import time_answer
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
 MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped
@@ -69,6 +70,22 @@ class RunClock:
     def now(self) -> float:
         """The run's virtual epoch time."""
         return time.time() + self._offset
+
+
+class VirtualTime:
+    """An intercept for the Redis relay (proxy.RecordingProxy): TIME is answered in the run's virtual
+    time, so a worker that takes first_seen_at from Redis sees the clock its sleeps move; every other
+    command is `inner`'s to decide (the admin guard)."""
+
+    def __init__(self, clock: RunClock, inner=None):
+        self.clock = clock
+        self.inner = inner
+        self.names = frozenset({b"TIME"} | set(inner.names if inner is not None else ()))
+
+    def __call__(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None:
+        if args[0].upper() == b"TIME":
+            return time_answer(self.clock.now())
+        return self.inner(args) if self.inner is not None else None
 
 
 @dataclass(frozen=True)

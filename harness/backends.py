@@ -2,12 +2,15 @@
 user names (url), or a Redis container (testcontainers)."""
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -15,6 +18,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 class BackendUnavailable(RuntimeError):
@@ -34,6 +39,7 @@ class Endpoint:
     db: int = 0                         # the database index checks (and learners' scripts) use
     username: str | None = field(default=None, repr=False)   # only for a server the user names (url)
     password: str | None = field(default=None, repr=False)
+    shared: bool = False                # the server also serves others (url): the relay then refuses more
 
     @property
     def url(self) -> str:
@@ -41,12 +47,51 @@ class Endpoint:
         return f"redis://{self.host}:{self.port}/{self.db}"
 
     def client(self, **kwargs) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 10)
         return redis.Redis(host=self.host, port=self.port, db=self.db, username=self.username,
-                           password=self.password, socket_timeout=10, **kwargs)
+                           password=self.password, **kwargs)
+
+
+_PR_SET_PDEATHSIG = 1
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the forked child, before exec: be killed when the grading process dies, however it dies (SIGKILL, an
+    unhandled SIGTERM, a crash); and never outlive a parent that died before this ran."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """Start a private server process that dies with the grading.
+
+    It gets its own process group (a terminal's Ctrl-C reaches the grading, which stops it in order) and, on Linux,
+    the parent-death signal. The kernel sends that signal when the *thread* that forked the child ends, so every
+    server is forked from one long-lived thread: a check run on a worker thread that ends must not take the server
+    it started (and later checks reuse) with it."""
+    global _spawner
+    if not sys.platform.startswith("linux"):
+        return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="retrylab-server-spawner")
+    parent = os.getpid()
+    return _spawner.submit(subprocess.Popen, argv, start_new_session=True,
+                           preexec_fn=lambda: _die_with_parent(parent), **popen_kwargs).result()
+
+
+# Every private redis-server: a memory limit (a learner's memory bomb gets OOM errors, not the machine's memory),
+# and nothing on disk.
+REDIS_SERVER_LIMITS = ("--maxmemory", "256mb", "--maxmemory-policy", "noeviction")
 
 
 class RedisServerProcess:
-    """A private `redis-server` on a free port that keeps nothing on disk."""
+    """A private `redis-server` on a free port that keeps nothing on disk, has a memory limit, and dies with the
+    grading (see spawn_server)."""
 
     def __init__(self, binary: str = "redis-server"):
         path = shutil.which(binary)
@@ -56,18 +101,25 @@ class RedisServerProcess:
         self._proc: subprocess.Popen | None = None
         self._dir: tempfile.TemporaryDirectory | None = None
         self.endpoint: Endpoint | None = None
+        self.baseline: tuple | None = None   # server_state() when it started
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
 
     def start(self) -> Endpoint:
         self._dir = tempfile.TemporaryDirectory(prefix="retrylab-redis-")
         for _ in range(5):  # a free port can be taken between probing and binding: retry
             port = free_port()
-            self._proc = subprocess.Popen(
+            self._proc = spawn_server(
                 [self._binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self._dir.name, "--protected-mode", "no"],
+                 "--appendonly", "no", "--dir", self._dir.name, "--protected-mode", "no", *REDIS_SERVER_LIMITS],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
             endpoint = Endpoint("127.0.0.1", port)
             if self._wait_ready(endpoint):
                 self.endpoint = endpoint
+                with endpoint.client() as client:
+                    self.baseline = server_state(client)
                 return endpoint
             self._stop_process()
         raise BackendUnavailable("redis-server did not start on a free port (5 tries)")
@@ -89,6 +141,8 @@ class RedisServerProcess:
 
     def _stop_process(self) -> None:
         if self._proc and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)   # its group: itself, and any child it forked
             self._proc.kill()
             self._proc.wait()
 
@@ -102,6 +156,14 @@ class RedisServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def server_state(client: redis.Redis) -> tuple:
+    """What a check's script could change on a server that outlives the check (configuration, users, modules,
+    replication): compared with the state at start before a server is reused."""
+    config = client.config_get("*")
+    return (tuple(sorted(config.items())), tuple(client.acl_list()), repr(client.module_list()),
+            client.role()[0])
 
 
 class Backend:
@@ -159,6 +221,7 @@ class RedisServerBackend(Backend):
         self._lock = threading.Lock()
         self._servers: list[RedisServerProcess] = []
         self._idle: list[Endpoint] = []
+        self._by_endpoint: dict[Endpoint, RedisServerProcess] = {}
 
     def start(self) -> None:
         self._idle.append(self._start_one())
@@ -168,11 +231,40 @@ class RedisServerBackend(Backend):
         endpoint = server.start()       # raises BackendUnavailable; then there is nothing to stop
         with self._lock:
             self._servers.append(server)
+            self._by_endpoint[endpoint] = server
         return endpoint
+
+    def _reset(self, endpoint: Endpoint) -> bool:
+        """Empty the server for the next check; False if it is no longer as it started (an earlier check's script
+        set a password, changed an ACL user or the configuration, paused clients, ...) and must be replaced."""
+        server = self._by_endpoint.get(endpoint)
+        try:
+            with endpoint.client(socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)) as client:
+                if server is not None and server.baseline is not None and server_state(client) != server.baseline:
+                    return False
+                # the server is ours alone: disconnect what an earlier check's scripts left, then empty it
+                client.client_kill_filter(_type="normal", skipme=True)
+                client.client_kill_filter(_type="pubsub", skipme=True)
+                client.flushall()
+                client.script_flush()
+                client.function_flush()
+            return True
+        except redis.RedisError:
+            return False
+
+    def _replace(self, endpoint: Endpoint) -> Endpoint:
+        with self._lock:
+            server = self._by_endpoint.pop(endpoint, None)
+            if server in self._servers:
+                self._servers.remove(server)
+        if server is not None:
+            server.stop()
+        return self._start_one()
 
     def stop(self) -> None:
         with self._lock:
             servers, self._servers, self._idle = self._servers, [], []
+            self._by_endpoint = {}
         for server in servers:
             server.stop()
 
@@ -182,11 +274,9 @@ class RedisServerBackend(Backend):
             endpoint = self._idle.pop() if self._idle else None
         endpoint = endpoint or self._start_one()
         try:
-            with endpoint.client() as client:
-                # the server is ours alone: disconnect what an earlier check's scripts left, then empty it
-                client.client_kill_filter(_type="normal", skipme=True)
-                client.flushall()
-                yield endpoint
+            if not self._reset(endpoint):
+                endpoint = self._replace(endpoint)
+            yield endpoint
         finally:
             with self._lock:
                 self._idle.append(endpoint)
@@ -240,7 +330,7 @@ class UrlBackend(Backend):
         self._client: redis.Redis | None = None
 
     def _endpoint_for(self, db: int) -> Endpoint:
-        return Endpoint(self._host, self._port, db, self._username, self._password)
+        return Endpoint(self._host, self._port, db, self._username, self._password, shared=True)
 
     def start(self) -> None:
         try:

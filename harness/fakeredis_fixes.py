@@ -26,6 +26,14 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
   `ConnectionError`) without popping anything, which `TCPFakeRequestHandler.handle` treats as "peer reset": it
   ends the connection quietly.
 * `_PeerAwareFakeSocket._name_to_func` routes BLMOVE to a re-implementation with real-Redis semantics.
+
+3. Lua is not sandboxed. fakeredis builds its lupa LuaRuntime with the `python` bridge and Lua's `os`, `io`,
+   `require`, `load*`, `dofile`, `package` and `debug` open, and lets a script read any attribute of the Python
+   objects it is handed (`redis.call.__globals__`): one EVAL runs any Python in the server's process. It also lets a
+   script call ACL, CLIENT KILL/PAUSE, ... which Redis 7 refuses inside scripts. `_PeerAwareFakeSocket` builds its
+   server's runtimes (EVAL's and FUNCTION's) with no Python bridge, no access to any Python object's attributes, and
+   none of those globals (as in Redis 7, whose sandbox keeps only `load`/`loadstring` confined to it), and refuses
+   in scripts the administrative commands Redis 7 flags `noscript`.
 """
 from __future__ import annotations
 
@@ -48,6 +56,8 @@ from fakeredis._core import CommandItem
 from fakeredis._helpers import SimpleError, casematch
 from fakeredis._socket import FakeSocket
 from fakeredis._socket._base import BaseFakeSocket
+from fakeredis.commands_mixins import scripting_mixin
+from fakeredis.commands_mixins._lua_functions import FunctionsEngine
 
 __all__ = ["PatchedTcpFakeServer", "apply", "start_fake_server", "stop_fake_server"]
 
@@ -124,6 +134,18 @@ def apply() -> None:
         for name in ("_in_transaction", "_script_resp"):  # class-level defaults of per-connection state
             if not hasattr(FakeSocket, name):
                 problems.append(f"FakeSocket.{name} is missing")
+        for name in ("_get_server_runtime", "_functions", "_lua_redis_call", "_function_redis_call"):
+            if not callable(getattr(FakeSocket, name, None)):
+                problems.append(f"FakeSocket.{name} is missing (the Lua sandbox overrides it)")
+        for name in ("LUA_MODULE", "_lua_redis_log", "_lua_cjson_encode", "_lua_cjson_decode", "_lua_cjson_null"):
+            if not hasattr(scripting_mixin, name):
+                problems.append(f"fakeredis.commands_mixins.scripting_mixin.{name} is missing")
+        try:
+            lupa_params = inspect.signature(scripting_mixin.LUA_MODULE.LuaRuntime).parameters
+        except (AttributeError, TypeError, ValueError):
+            lupa_params = {}
+        if lupa_params and not {"register_eval", "register_builtins", "attribute_filter"} <= set(lupa_params):
+            problems.append("lupa's LuaRuntime takes no register_eval/register_builtins/attribute_filter")
         if not callable(getattr(FakeRedisConnection, "_connect", None)):
             problems.append("FakeRedisConnection._connect is missing")
         if not isinstance(getattr(_tcp_server, "_INTERNAL_CONNECTION_KWARGS", None), dict):
@@ -154,8 +176,90 @@ def _parse_list_end(where: bytes) -> bool:
     raise SimpleError(msgs.SYNTAX_ERROR_MSG)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# gap 3: the Lua sandbox
+
+# Globals Redis 7's Lua does not have (load and loadstring it has, confined to its sandbox; here they would compile
+# code outside fakeredis' checks, so they go too), removed from the interpreter once fakeredis has set it up.
+LUA_REMOVED_GLOBALS = ("python", "os", "io", "require", "load", "loadstring", "loadfile", "dofile", "package",
+                       "debug", "module", "getfenv", "setfenv", "newproxy")
+# Commands Redis 7 refuses inside a script (flagged noscript) that fakeredis would run there.
+SCRIPT_REFUSED_COMMANDS = frozenset({"acl", "client", "config", "debug", "shutdown", "module", "replicaof", "slaveof",
+                                     "monitor", "sync", "psync", "failover", "save", "bgsave", "bgrewriteaof",
+                                     "cluster", "migrate"})
+_RUNTIME_LOCK = threading.Lock()
+
+
+def _no_python_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
+    # A SimpleError reaches the client as an error reply (EVAL catches it), the connection stays up.
+    raise SimpleError("ERR scripts cannot reach the attributes of Python objects")
+
+
+class _SandboxedLua:
+    """The lupa module fakeredis builds its runtimes from, building them without any way into Python."""
+
+    def __init__(self, module: Any):
+        self._module = module
+        self.LuaError = module.LuaError
+
+    def LuaRuntime(self, **kwargs: Any) -> Any:
+        return self._module.LuaRuntime(register_eval=False, register_builtins=False,
+                                       attribute_filter=_no_python_attributes, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> None:
+    lua_globals = runtime.globals()
+    for name in LUA_REMOVED_GLOBALS:
+        lua_globals[name.encode()] = None
+        expected_globals.discard(name.encode())   # a script may not bring one back either (fakeredis checks)
+        expected_globals.discard(name)
+
+
+def _command_name(op: Any) -> str:
+    return op.decode("latin-1").lower() if isinstance(op, bytes) else str(op).lower()
+
+
 class _PeerAwareFakeSocket(FakeSocket):
     """The fake socket behind one TCP connection of a PatchedTcpFakeServer."""
+
+    def _get_server_runtime(self, server: Any) -> Any:
+        """fakeredis' EVAL runtime for `server`, built sandboxed (gap 3)."""
+        if hasattr(server, "_lua_runtime"):
+            return server._lua_runtime
+        with _RUNTIME_LOCK:   # fakeredis reads the lupa module from a global: lend it the sandboxed one meanwhile
+            if hasattr(server, "_lua_runtime"):
+                return server._lua_runtime
+            original = scripting_mixin.LUA_MODULE
+            scripting_mixin.LUA_MODULE = _SandboxedLua(original)
+            try:
+                runtime = super()._get_server_runtime(server)
+            finally:
+                scripting_mixin.LUA_MODULE = original
+            _remove_unsafe_globals(runtime, server._lua_expected_globals)
+        return runtime
+
+    def _functions(self) -> FunctionsEngine:
+        """fakeredis' FUNCTION/FCALL engine for this server, built sandboxed (gap 3)."""
+        s: Any = self._server
+        if getattr(s, "_lua_functions", None) is None:
+            s._lua_functions = FunctionsEngine(
+                _SandboxedLua(scripting_mixin.LUA_MODULE), s.server_type, s.version, scripting_mixin._lua_redis_log,
+                scripting_mixin._lua_cjson_encode, scripting_mixin._lua_cjson_decode, scripting_mixin._lua_cjson_null)
+            _remove_unsafe_globals(s._lua_functions.runtime, s._lua_functions.expected_globals)
+        return s._lua_functions
+
+    def _lua_redis_call(self, lua_runtime: Any, expected_globals: set[Any], op: bytes, *args: Any) -> Any:
+        if _command_name(op) in SCRIPT_REFUSED_COMMANDS:
+            raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
+        return super()._lua_redis_call(lua_runtime, expected_globals, op, *args)
+
+    def _function_redis_call(self, lua_runtime: Any, read_only: bool, *args: Any) -> Any:
+        if args and _command_name(args[0]) in SCRIPT_REFUSED_COMMANDS:
+            raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
+        return super()._function_redis_call(lua_runtime, read_only, *args)
 
     # Set by the connection right after construction: returns True once the TCP peer is gone or the server stops.
     _retrylab_peer_gone: Callable[[], bool] | None = None

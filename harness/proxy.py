@@ -19,6 +19,13 @@ Design notes:
 * Parsing problems never affect the relay: a connection whose client stream cannot be parsed stops being recorded, and
   a connection whose reply stream cannot be followed (or is in RESP2 pub/sub mode, MONITOR, CLIENT REPLY OFF/SKIP, ...)
   stops being pending-tracked. Bytes keep flowing unchanged either way.
+* An `intercept` (see `Intercept`) may replace a client's command by another one before the server sees it. The
+  relay rewrites the byte stream at command boundaries, one command for one, so the server answers every command in
+  the order it was sent, in a pipeline and inside MULTI alike: a refusal is an `EVAL` that returns an error reply
+  (`refusal`), a made-up answer an `EVAL` that returns it (`time_answer` for TIME). Only commands named in
+  `intercept.names` are held back until complete (bounded: a longer one is refused); all others stream through. With
+  an intercept, a connection whose stream cannot be parsed is closed, never relayed unfiltered (Redis itself closes
+  a connection on a protocol error).
 """
 from __future__ import annotations
 
@@ -27,8 +34,9 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Collection, Protocol
 
-__all__ = ["Command", "RecordingProxy"]
+__all__ = ["Command", "Intercept", "RecordingProxy", "refusal", "time_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,38 @@ class Command:
     def name(self) -> str:
         return self.args[0].decode("latin-1").upper() if self.args else ""
 
+
+class Intercept(Protocol):
+    """What a RecordingProxy asks about each command named in `names` (upper-case) before the server sees it.
+
+    Called with the command's arguments (each truncated to the proxy's max_arg_bytes) on the connection's relay
+    thread; returns None to forward the command as sent, or the arguments of the one command to send instead (e.g.
+    `refusal(...)`). Must be quick and must not raise."""
+
+    names: Collection[bytes]
+
+    def __call__(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None: ...
+
+
+def refusal(message: str) -> tuple[bytes, ...]:
+    """A command the server answers with the error reply `message` (which the learner's client raises): Redis and
+    fakeredis both run it in a pipeline, inside MULTI (the error comes back in EXEC's array) and in RESP2 and RESP3."""
+    return (b"EVAL", b"return redis.error_reply(ARGV[1])", b"0", message.encode())
+
+
+def time_answer(seconds: float) -> tuple[bytes, ...]:
+    """A command the server answers exactly as TIME would at `seconds` since the epoch: [seconds, microseconds]."""
+    micros = int(round(seconds * 1_000_000))
+    return (b"EVAL", b"return {ARGV[1],ARGV[2]}", b"0", str(micros // 1_000_000).encode(),
+            str(micros % 1_000_000).encode())
+
+
+def _encode(args: tuple[bytes, ...]) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+_HOLD_MAX = 1 << 20  # bytes of an intercepted command held back; a longer one is refused
+_TOO_LONG = "retrylab: this command is too long for the relay"
 
 REDACTED = b"(redacted)"
 
@@ -64,6 +104,8 @@ def _redacted(args: tuple[bytes, ...]) -> tuple[bytes, ...]:
 # --------------------------------------------------------------------------------------------------------------------
 # client -> server: commands
 
+_NAME_MAX = 64  # longer than any command's name
+_NO_NAME = b"\x00"  # the name of a command whose name is longer than _NAME_MAX
 _INLINE_MAX = 64 * 1024  # Redis' PROTO_INLINE_MAX_SIZE: longer header or inline lines are protocol errors
 _MULTIBULK_MAX = 2**31 - 1  # Redis rejects a larger argument count
 _BULK_MAX = 512 * 1024 * 1024  # Redis' default proto-max-bulk-len
@@ -146,11 +188,12 @@ def _split_inline(line: bytes) -> list[bytes] | None:
         out.append(bytes(current))
 
 
-def _whole_commands(data: bytes, pos: int, limit: int, out: list) -> int:
+def _whole_commands(data: bytes, pos: int, limit: int, out: list, ends: list | None = None, base: int = 0) -> int:
     """The fast path of _CommandParser.feed: parse the plain, complete multibulk commands from `pos` on.
 
     Returns where it stopped: the end of the data, or the start of a command that is incomplete or unusual in any way
-    (the general, byte-exact path then takes it from there).
+    (the general, byte-exact path then takes it from there). With `ends`, also appends where each command ends
+    (`base` + its offset in `data`).
     """
     find = data.find
     n = len(data)
@@ -178,6 +221,8 @@ def _whole_commands(data: bytes, pos: int, limit: int, out: list) -> int:
                 args.append(data[p:end])
             p = end + 2
         out.append((tuple(args), truncated))
+        if ends is not None:
+            ends.append(base + p)
         pos = p
     return pos
 
@@ -192,9 +237,11 @@ class _CommandParser:
     `feed(data, out)` appends the commands completed by `data` to `out` as (args, truncated) pairs. Bulk payloads are
     consumed as they arrive; only their first `max_arg` bytes are kept. Raises _ProtocolConfusion where Redis would
     reply with a protocol error (and close the connection), or would stall; what `out` holds by then stays valid.
+    `feed(data, out, ends)` also appends to `ends` the stream offset (bytes fed so far) at which each command ends,
+    which lets an intercepting relay cut the stream at command boundaries.
     """
 
-    __slots__ = ("_max", "_buf", "_nargs", "_args", "_trunc", "_left", "_crlf", "_part")
+    __slots__ = ("_max", "_buf", "_nargs", "_args", "_trunc", "_left", "_crlf", "_part", "_fed")
 
     def __init__(self, max_arg: int):
         self._max = max_arg
@@ -205,6 +252,18 @@ class _CommandParser:
         self._left = -1  # payload bytes of the current bulk argument still to come; -1 = waiting for its header
         self._crlf = 0  # bytes of the CRLF after that payload still to come
         self._part = bytearray()  # kept prefix of a bulk argument that spans reads
+        self._fed = 0  # bytes fed so far: the stream offset of the end of the last data
+
+    def current_name(self) -> bytes | None:
+        """The upper-cased name of the command under way, b"" when none is, `_NO_NAME` when its name is too long to be
+        any command's, None while it is not known yet."""
+        if not self._nargs:
+            return None if self._buf else b""
+        if self._args:
+            return self._args[0].upper()
+        if self._left > _NAME_MAX or len(self._part) > _NAME_MAX:
+            return _NO_NAME
+        return None
 
     def _add_arg(self, arg: bytes, out: list) -> None:
         self._args.append(arg)
@@ -214,7 +273,9 @@ class _CommandParser:
             self._args = []
             self._trunc = False
 
-    def feed(self, data: bytes, out: list[tuple[tuple[bytes, ...], bool]]) -> None:
+    def feed(self, data: bytes, out: list[tuple[tuple[bytes, ...], bool]], ends: list[int] | None = None) -> None:
+        base = self._fed - len(self._buf)  # the stream offset of data[0] once the buffered tail is put back in front
+        self._fed += len(data)
         if self._buf:
             data = self._buf + data
             self._buf = b""
@@ -226,7 +287,7 @@ class _CommandParser:
                 if pos >= n:
                     break
                 if data[pos] == _STAR:
-                    end = _whole_commands(data, pos, limit, out)
+                    end = _whole_commands(data, pos, limit, out, ends, base)
                     if end != pos:
                         pos = end
                         continue
@@ -262,6 +323,8 @@ class _CommandParser:
                     if truncated:
                         words = [w[:limit] for w in words]
                     out.append((tuple(words), truncated))
+                    if ends is not None:
+                        ends.append(base + pos)
                 continue
 
             if self._left < 0:  # waiting for "$<len>\r\n"
@@ -285,6 +348,8 @@ class _CommandParser:
                     else:
                         self._add_arg(data[pos:pos + length], out)
                     pos += length + 2
+                    if ends is not None and not self._nargs:
+                        ends.append(base + pos)
                     continue
                 if length > limit:
                     self._trunc = True
@@ -310,6 +375,8 @@ class _CommandParser:
             self._left = -1
             part, self._part = self._part, bytearray()
             self._add_arg(bytes(part), out)
+            if ends is not None and not self._nargs:
+                ends.append(base + pos)
         if pos < n:
             self._buf = data[pos:]
 
@@ -463,7 +530,7 @@ _MAP, _SIMPLE = ord("%"), ord("+")
 
 class _Conn:
     __slots__ = ("num", "client", "upstream", "commands", "replies", "pending", "tracking", "proto", "in_multi",
-                 "closing", "done", "alive", "threads")
+                 "closing", "done", "alive", "threads", "held", "streaming", "oversize")
 
     def __init__(self, num: int, client: socket.socket, max_arg: int):
         self.num = num
@@ -479,14 +546,22 @@ class _Conn:
         self.done = threading.Event()
         self.alive = 1  # relay threads still running
         self.threads: list[threading.Thread] = []
+        # with an intercept: the bytes of the command under way held back so far, whether that command is being
+        # forwarded as it arrives (its name is not intercepted), and whether it grew beyond _HOLD_MAX
+        self.held = bytearray()
+        self.streaming = False
+        self.oversize = False
 
 
 class RecordingProxy:
     """A TCP relay to `upstream` that records every command clients send through it. See the module docstring."""
 
-    def __init__(self, upstream: tuple[str, int], *, max_arg_bytes: int = 65536, max_commands: int = 200_000):
+    def __init__(self, upstream: tuple[str, int], *, max_arg_bytes: int = 65536, max_commands: int = 200_000,
+                 intercept: Intercept | None = None):
         if max_arg_bytes < 0 or max_commands < 0:
             raise ValueError("max_arg_bytes and max_commands must not be negative")
+        self._intercept = intercept
+        self._intercepted = frozenset(n.upper() for n in intercept.names) if intercept is not None else frozenset()
         self._upstream = (upstream[0], int(upstream[1]))
         self._max_arg = max_arg_bytes
         self._max_commands = max_commands
@@ -671,7 +746,17 @@ class RecordingProxy:
                     return
                 if not data:
                     break
-                if conn.commands is not None:
+                if self._intercept is not None:
+                    data = self._filter(conn, data)
+                    if conn.commands is None:  # lost track of the stream: stop reading it, as Redis would
+                        try:
+                            upstream.sendall(data)
+                        except OSError:
+                            return
+                        break  # the server answers what it got, then the pair closes (as on the client's EOF)
+                    if not data:
+                        continue
+                elif conn.commands is not None:
                     self._on_client_data(conn, data)
                 try:
                     upstream.sendall(data)
@@ -716,11 +801,68 @@ class RecordingProxy:
             confused = True
         if not parsed and not confused:
             return
+        self._record(conn, parsed, confused)
+
+    def _filter(self, conn: _Conn, data: bytes) -> bytes:
+        """Record the commands in `data` and return the bytes to send upstream in its place: intercepted commands
+        rewritten, the command under way held back while it may still be. Sets conn.commands to None when the stream
+        stops parsing (the caller then sends what is returned and closes the pair)."""
+        parser = conn.commands
+        parsed: list[tuple[tuple[bytes, ...], bool]] = []
+        ends: list[int] = []
+        try:
+            parser.feed(data, parsed, ends)
+            confused = False
+        except Exception:
+            confused = True
+        start = parser._fed - len(data)  # the stream offset of data[0]
+        out = bytearray()
+        sent: list[tuple[bytes, ...]] = []
+        pos = 0
+        for (args, _), end in zip(parsed, ends):
+            stop = end - start
+            rewrite = None
+            if not conn.streaming and args[0].upper() in self._intercepted:
+                rewrite = refusal(_TOO_LONG) if conn.oversize else self._ask(args)
+            if rewrite is None:
+                out += conn.held
+                out += data[pos:stop]
+            else:
+                out += _encode(rewrite)
+            sent.append(rewrite or args)
+            conn.held.clear()
+            conn.streaming = conn.oversize = False
+            pos = stop
+        tail = data[pos:]
+        if tail and not confused:
+            name = conn.commands.current_name() if not conn.streaming else _NO_NAME
+            if name is not None and name not in self._intercepted:
+                out += conn.held
+                out += tail
+                conn.held.clear()
+                conn.streaming = bool(name)
+            elif not conn.oversize:
+                conn.held += tail
+                if len(conn.held) > _HOLD_MAX:
+                    conn.held.clear()
+                    conn.oversize = True
+        if parsed or confused:
+            self._record(conn, parsed, confused, sent)
+        return bytes(out)
+
+    def _ask(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None:
+        try:
+            return self._intercept(args)
+        except Exception:  # a broken intercept must not open the gate it guards
+            return refusal("retrylab: the relay could not judge this command")
+
+    def _record(self, conn: _Conn, parsed: list, confused: bool, sent: list | None = None) -> None:
+        """Record parsed commands; `sent` holds what was sent upstream for each, when an intercept rewrote any."""
         now = time.time()
         num = conn.num
         with self._lock:
             commands = self._commands
-            for args, truncated in parsed:
+            for i, (args, truncated) in enumerate(parsed):
                 self._seq += 1
                 record = (self._seq, num, now, _redacted(args), truncated)  # a Command's fields
                 if len(commands) < self._max_commands:
@@ -728,15 +870,15 @@ class RecordingProxy:
                 else:
                     self.dropped += 1
                 if conn.tracking:
-                    self._track(conn, record)
+                    self._track(conn, record, sent[i] if sent else args)
             self._activity += len(parsed)
             if confused:
                 conn.commands = None
                 self._untrack(conn)
 
-    def _track(self, conn: _Conn, record: tuple) -> None:
-        """Note that `record` awaits a reply (called with the lock held, before the server can see the command)."""
-        args = record[3]
+    def _track(self, conn: _Conn, record: tuple, args: tuple[bytes, ...]) -> None:
+        """Note that `record` awaits a reply (called with the lock held, before the server can see the command);
+        `args` is the command as the server gets it (an intercept may have rewritten it)."""
         special = _SPECIAL.get(args[0].upper())
         if special is None:
             pass

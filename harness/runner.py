@@ -19,11 +19,12 @@ from typing import Callable
 import redis
 
 from retrylab import i18n, keyspace
-from retrylab.appchannel import AppChannel, Application, RunClock
+from retrylab.appchannel import AppChannel, Application, RunClock, VirtualTime
 from retrylab.backends import Endpoint
 from retrylab.calllog import Call
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
+from retrylab.relay_guard import AdminGuard
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
 
 # The application a run gets when its check names none (scripts that seed nothing: replay.py, tests):
@@ -104,12 +105,12 @@ class LearnerRunner:
 
     def run(self, script: str, endpoint: Endpoint, *, timeout: float,
             stop_when: StopCondition | None = None, app: Application | None = None,
-            clock: RunClock | None = None) -> ScriptRun:
+            run_clock: RunClock | None = None) -> ScriptRun:
         """Run `script` until it exits, `stop_when` says it has settled, it makes more calls of the
         application than the channel allows, or `timeout` seconds pass (fewer if the current step's
         time limit comes first: the run is then cut short and the clock is told, so the step fails
         for its time limit). `app` decides the application module's calls (by default
-        DEFAULT_APPLICATION's, knowing no seeded message); `clock` is the run's virtual clock."""
+        DEFAULT_APPLICATION's, knowing no seeded message); `run_clock` is the run's virtual clock."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
         left = self.clock.remaining() if self.clock else None
@@ -118,9 +119,12 @@ class LearnerRunner:
             timeout = max(0.0, left - RUN_MARGIN)
         began = time.monotonic()
         app = app or default_application()
-        with RecordingProxy((endpoint.host, endpoint.port)) as proxy, \
+        run_clock = run_clock or RunClock()
+        # TIME answers in the run's virtual time (a worker may take first_seen_at from Redis)
+        guard = VirtualTime(run_clock, AdminGuard(endpoint.db, shared=endpoint.shared))
+        with RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
-                AppChannel(sandbox.sockets / "app.sock", app, clock) as channel, \
+                AppChannel(sandbox.sockets / "app.sock", app, run_clock) as channel, \
                 endpoint.client() as client:
             progress = Progress(client, channel, proxy)
             env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),

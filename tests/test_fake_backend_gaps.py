@@ -427,3 +427,78 @@ def test_lua_runtime_error_is_an_error_reply_not_a_hang(backend: Backend, key) -
         client.eval("return redis.call('LPUSH', KEYS[1], 'x') + nil", 1, key("lua"))
     assert "\n" not in str(raised.value)
     assert client.ping()  # the connection is still in step
+
+
+# -- gap 3: Lua sandboxed as in Redis 7 ---------------------------------------------------------------------------------
+
+LUA_ESCAPES = {
+    "python bridge": "return python.eval('1')",
+    "python builtins": "return python.builtins.open('{marker}', 'w')",
+    "os.execute": "return os.execute('touch {marker}')",
+    "io.open": "local f = io.open('{marker}', 'w') f:write('x') f:close() return 1",
+    "require": "return require('os').execute('touch {marker}')",
+    "loadfile": "return loadfile('/etc/hostname')",
+    "dofile": "return dofile('/etc/hostname')",
+    "package": "return package.loadlib('libc.so.6', 'system')",
+    "debug": "return debug.getregistry()",
+    "python object attributes": "return redis.call.__globals__['os'].system('touch {marker}')",
+    "cjson attributes": "return tostring(cjson.encode.func.__globals__)",
+    "getfenv": "return getfenv(0)",
+}
+
+
+@pytest.mark.parametrize("escape", sorted(LUA_ESCAPES))
+def test_lua_escapes_are_errors(backend: Backend, escape: str, tmp_path) -> None:
+    marker = tmp_path / "escaped"
+    script = LUA_ESCAPES[escape].format(marker=marker)
+    client = backend.client()
+    with pytest.raises(redis.ResponseError):
+        client.eval(script, 0)
+    assert not marker.exists()
+    assert client.ping()   # the server goes on serving
+
+
+def test_lua_load_and_loadstring_cannot_reach_anything(backend: Backend, tmp_path) -> None:
+    """Redis 7 keeps load/loadstring inside its sandbox; the fake has none. Either way nothing is reached."""
+    marker = tmp_path / "escaped"
+    client = backend.client()
+    for script in (f"return loadstring('return os.execute(\"touch {marker}\")')()",
+                   "return load(function() return nil end)"):
+        try:
+            client.eval(script, 0)
+        except redis.ResponseError:
+            pass
+    assert not marker.exists()
+    with pytest.raises(redis.ResponseError):
+        client.eval(f"return loadstring('return os.execute(\"touch {marker}\")')()", 0)
+
+
+@pytest.mark.parametrize("command", [("CONFIG", "SET", "requirepass", "x"), ("ACL", "SETUSER", "default", "off"),
+                                     ("CLIENT", "KILL", "TYPE", "normal"), ("CLIENT", "PAUSE", "100000"),
+                                     ("SHUTDOWN", "NOSAVE"), ("DEBUG", "SLEEP", "0"), ("MONITOR",),
+                                     ("REPLICAOF", "127.0.0.1", "1"), ("BGSAVE",)])
+def test_admin_commands_are_refused_in_scripts(backend: Backend, command: tuple[str, ...]) -> None:
+    client = backend.client()
+    quoted = ", ".join(f"'{part}'" for part in command)
+    with pytest.raises(redis.ResponseError, match="not allowed from script"):
+        client.eval(f"return redis.call({quoted})", 0)
+    assert client.eval(f"return redis.pcall({quoted})['err']", 0).startswith(b"ERR This Redis command is not allowed"
+                                                                            ) or backend.name == "real"
+    assert client.ping()
+    assert client.set("still", "writable")
+
+
+def test_functions_are_sandboxed_too(backend: Backend, tmp_path) -> None:
+    marker = tmp_path / "escaped"
+    client = backend.client()
+    client.function_flush()
+    client.function_load("#!lua name=probe\n"
+                         "redis.register_function('probe_os', function() return os.execute('touch " + str(marker)
+                         + "') end)\n"
+                         "redis.register_function('probe_cfg', function() return redis.call('CONFIG', 'GET', 'port') "
+                         "end)\n")
+    for name in ("probe_os", "probe_cfg"):
+        with pytest.raises(redis.ResponseError):
+            client.fcall(name, 0)
+    client.function_flush()
+    assert not marker.exists()

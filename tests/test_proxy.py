@@ -790,3 +790,137 @@ def test_passwords_are_not_recorded(backend, proxy):
     recorded = [c.args for c in proxy.commands()]
     assert recorded == [(b"AUTH", REDACTED), (b"AUTH", b"alice", REDACTED),
                         (b"HELLO", b"2", b"AUTH", b"bob", REDACTED, b"SETNAME", b"w"), (b"PING",)]
+
+
+# -- intercept --------------------------------------------------------------------------------------------------------
+
+class _Guard:
+    """Refuses CONFIG, answers TIME with a fixed instant, forwards SELECT 0 and refuses any other SELECT."""
+    names = (b"CONFIG", b"TIME", b"SELECT")
+
+    def __init__(self):
+        self.asked: list[tuple[bytes, ...]] = []
+
+    def __call__(self, args):
+        self.asked.append(args)
+        name = args[0].upper()
+        if name == b"CONFIG":
+            return proxy_module.refusal("retrylab: CONFIG is not available to learner code")
+        if name == b"TIME":
+            return proxy_module.time_answer(1_700_000_000.25)
+        if name == b"SELECT" and args[1:] != (b"0",):
+            return proxy_module.refusal("retrylab: only database 0")
+        return None
+
+
+@pytest.fixture
+def guarded(backend):
+    guard = _Guard()
+    with RecordingProxy(backend.address, intercept=guard) as proxy:
+        yield proxy, guard
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_intercept_refuses_and_answers_in_order_in_a_pipeline(backend, guarded, protocol):
+    proxy, guard = guarded
+    with through(proxy, protocol=protocol) as r:
+        with r.pipeline(transaction=False) as pipe:
+            pipe.set("a", "1").config_get("port").time().get("a").execute_command("SELECT", "3")
+            pipe.execute_command("SELECT", "0").incr("a")
+            replies = pipe.execute(raise_on_error=False)
+        assert replies[0] is True
+        assert isinstance(replies[1], redis.ResponseError)
+        assert "CONFIG is not available to learner code" in str(replies[1])
+        assert replies[2] == (1_700_000_000, 250_000)
+        assert replies[3] == b"1"
+        assert isinstance(replies[4], redis.ResponseError) and "only database 0" in str(replies[4])
+        assert replies[5] in (True, b"OK", "OK")
+        assert replies[6] == 2
+        with pytest.raises(redis.ResponseError, match="CONFIG is not available"):
+            r.config_get("port")
+        assert r.time() == (1_700_000_000, 250_000)
+    # recorded as the learner sent them, not as rewritten
+    names = [c.name for c in proxy.commands() if c.name not in HANDSHAKE - {"SELECT"}]
+    assert names == ["SET", "CONFIG", "TIME", "GET", "SELECT", "SELECT", "INCRBY", "CONFIG", "TIME"]
+    assert proxy.pending() == []
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_intercept_inside_multi_exec(backend, guarded, protocol):
+    proxy, _ = guarded
+    with through(proxy, protocol=protocol) as r:
+        with r.pipeline(transaction=True) as pipe:
+            pipe.set("k", "v").config_set("requirepass", "x").time().get("k")
+            replies = pipe.execute(raise_on_error=False)
+        assert replies[0] is True
+        assert isinstance(replies[1], redis.ResponseError) and "CONFIG" in str(replies[1])
+        assert replies[2] == (1_700_000_000, 250_000)
+        assert replies[3] == b"v"
+        with backend.direct() as d:
+            assert d.get("k") == b"v"
+            if backend.kind == "real":
+                assert d.config_get("requirepass") == {"requirepass": ""}
+    assert proxy.pending() == []
+
+
+def test_intercept_with_a_command_split_into_single_bytes(backend, guarded):
+    """A command cut anywhere (here one byte per send) is held until complete, then rewritten; the order holds."""
+    proxy, guard = guarded
+    stream = resp("SET", "x", "1") + resp("CONFIG", "GET", "port") + b"TIME\r\n" + resp("GET", "x")
+    with socket.create_connection(proxy.address) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(stream)):
+            sock.sendall(stream[i:i + 1])
+        data = recv_values(sock, 4)
+    # fakeredis puts "ERR " in front of a script's error reply; Redis 7 does not
+    assert data.replace(b"-ERR ", b"-").startswith(b"+OK\r\n-retrylab: CONFIG is not available to learner code\r\n")
+    assert b"*2\r\n$10\r\n1700000000\r\n$6\r\n250000\r\n" in data
+    assert [a[0] for a in guard.asked] == [b"CONFIG", b"TIME"]
+
+
+def test_intercept_streams_other_commands_and_bounds_what_it_holds(backend, guarded):
+    proxy, guard = guarded
+    big = os.urandom(3 << 20)
+    with through(proxy) as r:
+        r.set("big", big)                                   # not intercepted: streamed, byte for byte
+        assert r.get("big") == big
+        with pytest.raises(redis.ResponseError, match="too long for the relay"):
+            r.execute_command("CONFIG", "SET", "x", big)    # intercepted and longer than the relay holds
+        assert r.ping()
+    assert guard.asked == []                                # the oversize one never reached the intercept
+
+
+def test_intercept_closes_a_connection_it_cannot_parse(backend, guarded):
+    proxy, _ = guarded
+    with socket.create_connection(proxy.address) as sock:
+        sock.sendall(resp("PING") + b"*2\r\n$x\r\n")
+        data = recv_until_eof(sock)
+    assert data == b"+PONG\r\n"
+
+
+def test_intercept_keeps_blpop_tracking(backend, guarded):
+    proxy, _ = guarded
+    with through(proxy) as client, backend.direct() as pusher:
+        assert_blpop_tracked(proxy, client, pusher)
+
+
+def test_a_broken_intercept_refuses_rather_than_forwards(backend):
+    class Broken:
+        names = (b"CONFIG",)
+
+        def __call__(self, args):
+            raise RuntimeError("bug")
+    with RecordingProxy(backend.address, intercept=Broken()) as proxy, through(proxy) as r:
+        with pytest.raises(redis.ResponseError, match="could not judge"):
+            r.config_get("port")
+
+
+def test_command_parser_reports_where_commands_end():
+    stream = resp("SET", "a", "1") + b"PING\r\n" + b"*0\r\n" + resp("GET", "a" * 100)
+    for cut in range(1, 12):
+        parser, out, ends = _CommandParser(8), [], []
+        for i in range(0, len(stream), cut):
+            parser.feed(stream[i:i + cut], out, ends)
+        first = len(resp("SET", "a", "1"))
+        assert ends == [first, first + 6, len(stream)]
+        assert [a[0] for a, _ in out] == [b"SET", b"PING", b"GET"]

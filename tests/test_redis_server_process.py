@@ -45,3 +45,73 @@ def test_private_redis_in_use_at_once_are_separate_servers_and_reused_after():
     for endpoint in (first, second):   # both processes are gone
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((endpoint.host, endpoint.port), timeout=5).close()
+
+
+def _lock_out(client, how: str) -> None:
+    """What a learner's script reaching the server directly (no relay) could do to outlive its check."""
+    if how == "requirepass":
+        client.config_set("requirepass", "learner-secret")
+    elif how == "acl default off":
+        client.acl_setuser("default", enabled=False)
+    elif how == "acl user added":
+        client.acl_setuser("backdoor", enabled=True, nopass=True, commands=["+@all"], keys=["*"])
+    elif how == "config changed":
+        client.config_set("notify-keyspace-events", "KEA")
+    elif how == "port moved":
+        client.config_set("port", str(backends.free_port()))
+    elif how == "clients paused":
+        client.client_pause(60_000)
+    elif how == "replica of nowhere":
+        client.replicaof("127.0.0.1", str(backends.free_port()))
+
+
+@pytest.mark.parametrize("how", ["requirepass", "acl default off", "acl user added", "config changed", "port moved",
+                                 "clients paused", "replica of nowhere"])
+def test_a_server_changed_by_an_earlier_check_is_replaced(how):
+    backend = backends.RedisServerBackend()
+    backend.start()
+    try:
+        with backend.private() as first, first.client() as client:
+            client.set("left", "behind")
+            pid = backend._by_endpoint[first].pid
+            _lock_out(client, how)
+        with backend.private() as second, second.client() as client:   # a fresh server, no harness error
+            assert client.ping()
+            assert client.dbsize() == 0
+            assert client.config_get("requirepass") == {"requirepass": ""}
+            assert client.config_get("maxmemory") == {"maxmemory": str(256 << 20)}
+            assert backend._by_endpoint[second].pid != pid
+        assert len(backend._servers) == 1
+        assert not _alive(pid)                     # the changed one was stopped, not left running
+    finally:
+        backend.stop()
+
+
+def test_an_unchanged_server_is_reused():
+    backend = backends.RedisServerBackend()
+    backend.start()
+    try:
+        with backend.private() as first, first.client() as client:
+            client.set("k", "v")
+            client.rpush("q", "a")
+            client.eval("return redis.call('INCR', 'n')", 0)
+            client.client_setname("learner")
+        with backend.private() as again, again.client() as client:
+            assert again == first and client.dbsize() == 0
+    finally:
+        backend.stop()
+
+
+def test_private_servers_have_a_memory_limit(private_redis_server):
+    with private_redis_server.client() as client:
+        assert client.config_get("maxmemory*") == {"maxmemory": str(256 << 20), "maxmemory-policy": "noeviction",
+                                                   "maxmemory-samples": "5", "maxmemory-eviction-tenacity": "10",
+                                                   "maxmemory-clients": "0"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
