@@ -2,7 +2,6 @@
 and every corpus entry's advanced verdicts on both backends (its lab verdicts: test_corpus.py)."""
 from __future__ import annotations
 
-import importlib.util
 import hashlib
 import json
 import secrets
@@ -10,15 +9,17 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from pathlib import Path
 
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab.calllog import Call, CallLog
+from retrylab.appchannel import AppChannel
+from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq import advanced
 from retrylab.fixtures import corpus, taskproc
+from retrylab.fixtures.taskproc_app import TaskprocApp
+from retrylab.learner_site import appstub
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.proxy import Command
@@ -32,6 +33,16 @@ DLQ = b"q:tasks:dlq"
 
 # --------------------------------------------------------------------------------------------
 # taskproc's kinds (the contract in checks/backoff_dlq/README.md, "Advanced checks")
+
+
+@pytest.fixture
+def taskproc_channel(tmp_path_factory, monkeypatch):
+    """taskproc's stub, in this process, talking to the harness's logic over a real channel."""
+    folder = tmp_path_factory.mktemp("channel")
+    with AppChannel(folder / "app.sock", TaskprocApp()) as channel:
+        monkeypatch.setenv(appstub.SOCKET_VARIABLE, str(channel.path))
+        yield channel
+        appstub.disconnect()
 
 
 def _raised(kind: str, message_id: str = "c0ffee"):
@@ -50,6 +61,7 @@ def _raised(kind: str, message_id: str = "c0ffee"):
     ("invalid", taskproc.SchemaViolation, ValueError, None, "task c0ffee: data does not match the task schema"),
     ("orphan", taskproc.MissingReference, LookupError, None, "task c0ffee: refers to an order that does not exist"),
 ])
+@pytest.mark.usefixtures("taskproc_channel")
 def test_each_failing_kind_raises_what_the_contract_says(kind, cls, base, status, text):
     exc = _raised(kind)
     assert type(exc) is cls and isinstance(exc, base)
@@ -60,6 +72,7 @@ def test_each_failing_kind_raises_what_the_contract_says(kind, cls, base, status
         assert not hasattr(exc, "status")
 
 
+@pytest.mark.usefixtures("taskproc_channel")
 def test_transient_and_permanent_kinds_are_told_apart_by_type():
     assert not isinstance(_raised("unavailable"), (ValueError, LookupError, RuntimeError, TimeoutError))
     for kind in advanced.PERMANENT:
@@ -68,34 +81,27 @@ def test_transient_and_permanent_kinds_are_told_apart_by_type():
         assert not isinstance(_raised(kind), (ValueError, LookupError))
 
 
+@pytest.mark.usefixtures("taskproc_channel")
 def test_good_and_unknown_kinds_succeed():
     assert _raised("good") is None and _raised("something-else") is None
 
 
+@pytest.mark.usefixtures("taskproc_channel")
 def test_flaky_times_out_twice_per_message_then_succeeds():
     one, other = secrets.token_hex(16), secrets.token_hex(16)
     assert [type(_raised("flaky", one)) for _ in range(4)] == [TimeoutError, TimeoutError, type(None), type(None)]
     assert type(_raised("flaky", other)) is TimeoutError  # counted per message id
 
 
-def test_call_log_records_error_class_and_clock_offset(tmp_path, monkeypatch):
-    log = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("RETRYLAB_CALL_LOG", str(log))
-    advanced_by = []
-    clock = types.SimpleNamespace(advance=advanced_by.append, offset=lambda: 7.5)
-    monkeypatch.setitem(sys.modules, "retrylab_virtual_clock", clock)
-    spec = importlib.util.spec_from_file_location("taskproc_under_test", taskproc.__file__)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # a fresh copy: it opens the log named by the environment
+def test_the_record_keeps_error_class_and_the_run_clocks_offset(taskproc_channel):
+    taskproc_channel.clock.advance(6.5)
     with pytest.raises(ValueError):
-        module.process({"id": "abc", "kind": "invalid"})
-    module.process({"id": "def", "kind": "good"})
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [r["error_class"] for r in records] == ["SchemaViolation", None]
-    assert [r["offset"] for r in records] == [7.5, 7.5] and advanced_by == [1.0, 1.0]
-    calls = CallLog(log).calls()
-    assert [(c.error_class, c.offset, c.outcome) for c in calls] == [("SchemaViolation", 7.5, "error"),
-                                                                     (None, 7.5, "ok")]
+        taskproc.process({"id": "abc", "kind": "invalid"})
+    assert taskproc.process({"id": "def", "kind": "good"}) == {"id": "def", "status": "done"}
+    calls = taskproc_channel.calls()
+    assert [(c.id, c.error_class, c.offset, c.outcome) for c in calls] == [
+        ("abc", "SchemaViolation", 6.5, "error"), ("def", None, 6.5 + taskproc.SECONDS_PER_CALL, "ok")]
+    assert taskproc_channel.clock.offset == 6.5 + 2 * taskproc.SECONDS_PER_CALL
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,8 +21,11 @@ from retrylab.grading import grade
 from retrylab.reporters import FORMATS
 
 ENTRIES = corpus.entries("hostile")
-# these attack the readers of Redis values, which differ by backend: graded on both
-BOTH_BACKENDS = {"redis-junk", "redis-wrong-types"}
+# these attack the readers of Redis values, which differ by backend, or the application channel
+# (calls of taskproc, decided and recorded by the harness): graded on both
+CHANNEL_ATTACKS = {"forged-call-log-env", "forged-calls-stub-internals", "forged-calls-raw-socket",
+                   "hidden-duplicate", "changed-kind", "call-flood", "malformed-requests"}
+BOTH_BACKENDS = {"redis-junk", "redis-wrong-types"} | CHANNEL_ATTACKS
 CASES = [(e, "fake") for e in ENTRIES] + [(e, "redis-server") for e in ENTRIES if e.name in BOTH_BACKENDS]
 SECRETS = {"GITHUB_TOKEN": "ghp_retrylabHostileTestSecret0123456789",
            "AWS_SECRET_ACCESS_KEY": "retrylab/hostile+test/secret/key/0123456789",
@@ -96,6 +99,6 @@ def test_the_hostile_corpus_covers_the_attacks():
     names = {e.name for e in ENTRIES}
     assert {"spin-without-io", "print-forever", "memory-hog", "ignores-sigterm", "detached-daemon",
             "fork-bomb", "fork-hundreds", "huge-file", "redis-junk", "redis-wrong-types",
-            "secret-reader", "binary-artifacts", "scribbler"} <= names
+            "secret-reader", "binary-artifacts", "scribbler"} | CHANNEL_ATTACKS <= names
     assert all(e.max_seconds for e in ENTRIES)
     assert not names & {e.name for e in corpus.entries()}, "hostile entries stay out of the default corpus"

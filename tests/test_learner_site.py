@@ -1,4 +1,4 @@
-"""The learner process's environment: redirected Redis, instrumented taskproc, virtual clock."""
+"""The learner process's environment: redirected Redis, taskproc's stub (decided by the harness), the run's virtual clock."""
 from __future__ import annotations
 
 import json
@@ -77,3 +77,19 @@ def test_sleeping_is_virtual_and_every_clock_follows(tmp_path):
     elapsed = json.loads(run.result.stdout)
     assert all(1115 <= e < 1125 for e in elapsed), elapsed
     assert run.result.seconds < 10  # 1115 s of sleeps, graded in real time far shorter
+
+
+def test_the_runs_clock_is_shared_by_its_processes_and_redis_time_follows_it(tmp_path, backend):
+    # a child's sleep moves the parent's clocks (at its next sleep or call), and Redis TIME answers
+    # in the run's virtual time, as the harness's records of process calls do
+    code = ("import json, os, time, redis, taskproc\n"
+            "r = redis.Redis()\nt0 = time.time()\n"
+            "if os.fork() == 0:\n    time.sleep(500)\n    os._exit(0)\n"
+            "os.wait()\ntime.sleep(0)\ntaskproc.process({'id': 'a', 'kind': 'good'})\n"
+            "seconds, micros = r.time()\n"
+            "print(json.dumps([time.time() - t0, seconds + micros / 1e6 - t0]))\n")
+    run, _ = _run(tmp_path, backend, code)
+    local, server = json.loads(run.result.stdout)
+    assert 500 <= local < 510 and 501 <= server < 511, (local, server)
+    (call,) = run.calls
+    assert call.offset == 500   # the child's sleep, before the parent's call

@@ -21,8 +21,8 @@ there the failing message is the only one that waits, so its waits can be told a
 message's. In the mixed run above, a worker that does not block spends other messages' processing
 time during a retry's wait, which hides the wait from the clock.
 
-Reading the virtual clock. Every process() call takes one second of virtual time, and a call's log
-record carries the clock's offset (what sleeping and earlier calls added), so the time between two
+Reading the virtual clock. Every process() call takes one second of the run's virtual time, and a
+call's record carries the run clock's offset (what sleeping and earlier calls added), so the time between two
 calls splits exactly into processing (one second per call), sleeping (the offset's growth beyond
 that) and real time (everything else: Redis round trips, printing, and blocking Redis calls with a
 timeout, which wait in real time). Sleeping counts as waiting in full; real time counts only beyond
@@ -48,6 +48,7 @@ from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq.messages import decode_json, message_id, tr
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc import SECONDS_PER_CALL
+from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.proxy import Command
 from retrylab.runner import Progress, ScriptRun
 
@@ -250,7 +251,8 @@ def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
             client.rpush(messages.DLQ, entry)
             client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
             seeded_at = time.time()
-            run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch, cancelled))
+            run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch, cancelled),
+                              app=TaskprocApp(seeded=[*batch, preseeded]))
             content = keyspace.dump(client)
         alert_runs = alerts.result() if alerts else run_alerts(learner, redis_backend, cancelled)
     except BaseException:
@@ -295,7 +297,7 @@ def ordered(calls: Iterable[Call]) -> list[Call]:
 
 
 def _offsets_usable(calls: Sequence[Call]) -> bool:
-    """Offsets tell sleeping from real time only within one process (and only if logged)."""
+    """Offsets (the run clock's, recorded by the harness) tell sleeping from real time when present."""
     offsets = [c.offset for c in calls]
     return all(o is not None for o in offsets) and all(a <= b + 1e-6 for a, b in zip(offsets, offsets[1:]))
 

@@ -15,6 +15,7 @@ import pytest
 
 from retrylab import keyspace
 from retrylab.fixtures import messages
+from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.runner import Progress, ScriptRun
 
 from retrylab.checks.backoff_dlq import advanced
@@ -78,7 +79,8 @@ def worker_run(request, learner, redis_backend) -> WorkerRun:
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
         seeded_at = time.time()
-        run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch))
+        run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch),
+                          app=TaskprocApp(seeded=batch))     # process decides by what was seeded
         content = keyspace.dump(client)
     return WorkerRun(seeded=tuple(batch), bad=bad, run=run, seeded_at=seeded_at,
                      queue=content.get(messages.QUEUE.encode()), dlq=content.get(messages.DLQ.encode()),

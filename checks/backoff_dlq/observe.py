@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterable
+
+from retrylab.appchannel import describe_call_limit, describe_malformed
+from retrylab.calllog import MALFORMED, Call
 
 from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, message_id, shorten, tr
 from retrylab.fixtures import messages
@@ -63,6 +67,41 @@ def call_fields_problem(arg: str, seeded: dict) -> str:
         if value.get(key) != expected:
             return tr("observe.wrong_field", arg=shorten(arg), key=repr(key), expected=shorten(json.dumps(expected)))
     return ""
+
+
+def require_honest_calls(run: ScriptRun, seeded: Iterable[dict]) -> None:
+    """Fail unless every call the harness recorded was a readable call of process, within the run's
+    limit of calls, with each queued message's fields as they were queued. The outcome of a queued
+    message follows the kind it was queued with, so a worker that changes it (kind bad -> good)
+    still sees process fail; this names what it changed."""
+    if run.call_limit is not None:
+        fail(describe_call_limit(run.result.script, run.call_limit))
+    queued = {m["id"]: m for m in seeded}
+    for call in run.calls:
+        if call.outcome == MALFORMED:
+            fail(tr("observe.malformed", problem=describe_malformed(call)))
+        if call.altered is not None and call.id in queued:
+            fail(_altered(call, queued[call.id]))
+
+
+def _altered(call: Call, message: dict) -> str:
+    key = call.altered
+    queued = shorten(repr(message.get(key)))
+    received = _received_fields(call.arg, message["id"])
+    if received is None or key not in received:
+        return tr("observe.altered_missing", id=message["id"], key=key, queued=queued)
+    return tr("observe.altered", id=message["id"], key=key, got=shorten(repr(received[key])), queued=queued)
+
+
+def _received_fields(arg: str, id_: str) -> dict | None:
+    """The fields of the message process received (the argument, or its envelope's payload)."""
+    try:
+        value = json.loads(arg)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and value.get("id") != id_ and isinstance(value.get("payload"), dict):
+        value = value["payload"]
+    return value if isinstance(value, dict) else None
 
 
 def written_values(run: ScriptRun, *, exclude_key: str) -> list[tuple[str, str, object]]:

@@ -12,6 +12,7 @@ def test_every_message_reaches_process_once(worker_run, request):
     run = worker_run.run
     observe.attach(request.node, run)
     observe.require_script(run, "worker.py")
+    observe.require_honest_calls(run, worker_run.seeded)
     if not run.calls:
         fail(tr("step1.never_called", how=observe.how_it_ran(run)))
 

@@ -14,6 +14,7 @@ def test_fifth_failure_moves_the_message_to_the_dlq(worker_run, request):
     run = worker_run.run
     observe.attach(request.node, run)
     observe.require_script(run, "worker.py")
+    observe.require_honest_calls(run, worker_run.seeded)
     bad_id = worker_run.bad["id"]
     calls = len(worker_run.calls_for(worker_run.bad))
     dlq = worker_run.dlq

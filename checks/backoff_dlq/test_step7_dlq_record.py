@@ -16,6 +16,7 @@ def test_dlq_entry_records_payload_error_attempts_first_seen(worker_run, request
     run = worker_run.run
     observe.attach(request.node, run)
     observe.require_script(run, "worker.py")
+    observe.require_honest_calls(run, worker_run.seeded)
     bad = worker_run.bad
     raw = next((e for e in observe.dlq_entries(worker_run.dlq) if bad["id"].encode() in e), None)
     if raw is None:

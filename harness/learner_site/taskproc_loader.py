@@ -1,13 +1,14 @@
-"""Make `import taskproc` give the harness's instrumented module in a learner process."""
+"""Make `import <module>` give the exercise's application stub in a learner process (backoff-dlq:
+`import taskproc`), whatever the learner's sys.path says."""
 import importlib.util
 import sys
 
 
-def install(path: str) -> None:
-    if not path:
+def install(name: str, path: str) -> None:
+    if not name or not path:
         return
-    spec = importlib.util.spec_from_file_location("taskproc", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # In sys.modules before any learner import runs, so `sys.path.insert(0, "/opt/app")` cannot shadow it.
-    sys.modules["taskproc"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)

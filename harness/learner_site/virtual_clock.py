@@ -4,11 +4,17 @@ time-machine moves `time.time()` and `datetime.now()`; it does not move `time.mo
 `perf_counter()` (measured), so those are patched here to follow the same offset, or a worker that
 schedules retries by the monotonic clock would spin in real time. Time still ticks with real time
 between sleeps (tick=True), so a busy-wait on `time.time()` ends as it would.
+
+The clock is the run's, kept by the harness (retrylab.appchannel.RunClock): each sleep is reported over
+the application channel, and the reply (to a sleep or to any call of the application module) carries
+the run's offset, which this process takes as its own. So every process of a run, and the harness's
+record of calls, read one clock. Without a channel (no RETRYLAB_APP_SOCKET) the offset is local.
 """
 import sys
 import threading
 import time
-import types
+
+from retrylab.learner_site import appstub
 
 _offset = 0.0
 _offset_lock = threading.Lock()
@@ -25,13 +31,26 @@ _REAL_PAUSE = 0.001
 
 
 def advance(seconds: float) -> None:
-    """Move every clock of this process forward by `seconds`."""
-    global _offset
+    """Move the run's clock forward by `seconds` (this process's, without a channel)."""
     if seconds <= 0:
         return
+    if appstub.available():
+        try:
+            appstub.request({"op": "advance", "seconds": seconds})  # the reply's offset reaches _follow
+            return
+        except appstub.ChannelClosed:
+            pass    # the run is being stopped: time still passes for this process
+    _follow(_offset + seconds)
+
+
+def _follow(run_offset: float) -> None:
+    """Set this process's clocks to the run's offset (never backwards)."""
+    global _offset
     with _offset_lock:
-        _offset += seconds
-        _traveller.shift(seconds)
+        delta = run_offset - _offset
+        if delta > 0:
+            _offset = run_offset
+            _traveller.shift(delta)
 
 
 def offset() -> float:
@@ -108,7 +127,6 @@ def install() -> None:
     time.monotonic, time.monotonic_ns = monotonic, monotonic_ns
     time.perf_counter, time.perf_counter_ns = perf_counter, perf_counter_ns
     threading.Event.wait = _event_wait
+    appstub.on_offset = _follow
     from retrylab.learner_site.import_hooks import after_import
     after_import("asyncio", _patch_asyncio)
-    # taskproc reaches the clock through sys.modules, without importing the harness.
-    sys.modules["retrylab_virtual_clock"] = types.SimpleNamespace(advance=advance, offset=offset)

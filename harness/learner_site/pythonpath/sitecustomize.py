@@ -4,10 +4,11 @@ first on PYTHONPATH, so no harness module can shadow a learner's module of the s
 Three things make learner code run unchanged yet hermetically and fast:
 1. every redis-py connection (sync and asyncio, any host/port/URL/unix socket) goes to the check's
    private server, named by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
-2. `import taskproc` gives the harness's instrumented module (RETRYLAB_TASKPROC), so a real
-   /opt/app on a lab machine cannot shadow it;
-3. time is virtual: sleeping returns at once and moves the clocks forward, so a worker that
-   backs off for 15 s is graded in well under a second.
+2. `import taskproc` gives the exercise's application stub (RETRYLAB_APP_MODULE from RETRYLAB_APP_STUB),
+   so a real /opt/app on a lab machine cannot shadow it; it hands each call to the harness over the
+   socket RETRYLAB_APP_SOCKET;
+3. time is virtual: sleeping returns at once and moves the run's clock (kept by the harness) forward,
+   so a worker that backs off for 15 s is graded in well under a second.
 Everything here must be cheap: it runs at the start of every learner process.
 """
 import os
@@ -19,7 +20,7 @@ def _install():
         return
     from retrylab.learner_site import redirect, virtual_clock, taskproc_loader
     virtual_clock.install()
-    taskproc_loader.install(os.environ.get("RETRYLAB_TASKPROC", ""))
+    taskproc_loader.install(os.environ.get("RETRYLAB_APP_MODULE", ""), os.environ.get("RETRYLAB_APP_STUB", ""))
     redirect.install(os.environ.get("RETRYLAB_REDIS_HOST", "127.0.0.1"),
                      int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")))
 

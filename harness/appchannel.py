@@ -1,0 +1,370 @@
+"""The channel between a learner process's application stub and the harness, and the run's clock.
+
+An exercise stands a module of its own in for the learner's business code (backoff-dlq's
+`taskproc.process(msg)`; later `effects.apply(fields)`, `notifier.notify(payload)`). In the learner's
+process that module is only a stub: each call is sent here, over a unix socket the harness owns, and
+the stub returns or raises what the harness's `Application` decides. So the record of calls lives in
+the harness's memory, where nothing the learner writes can add, hide or change a call.
+
+Requests are untrusted bytes. Each is a frame: 4 bytes of big-endian length, then a JSON object:
+
+    {"op": "call", "fn": "process", "pid": 123, "args": [{"json": "<the argument as JSON text>",
+                                                          "type": "dict", "truncated": false}]}
+    {"op": "advance", "seconds": 1.5}          a sleep of the learner's: moves the run's clock
+
+and each gets one frame back: {"offset": <the run's clock offset>} with "value" (the call returned
+it) or "error": {"class": "HTTPError", "message": "...", "attrs": {"status": 503}} (the stub raises
+that). A frame over MAX_FRAME, bytes that are not such an object, or a connection closed in the middle
+of a frame is recorded as a malformed call and answered with an error where the connection allows.
+After MAX_CALLS calls the run is over: `over_limit` says so (the runner stops the learner) and further
+calls are refused without being recorded, so a flood cannot make the harness's memory grow.
+
+The server is one thread with a selector, for however many processes and threads the learner runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from retrylab import i18n
+from retrylab.calllog import MALFORMED, Call, CallRecord
+from retrylab.proxy import time_answer
+
+MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
+MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped
+MAX_CONNECTIONS = 256        # open at once: every process and thread of a learner's run
+ARG_TEXT_LIMIT = 4096        # characters of an argument kept in a call's record: enough to compare fields
+_HEADER = struct.Struct(">I")
+_MAX_SLEEP = 10 * 365 * 86400.0   # one sleep moves the clock at most this far (a sleep(1e300) stays finite)
+
+
+class RunClock:
+    """The virtual clock of one learner run, shared by all its processes.
+
+    A learner process's sleep returns at once and moves this clock forward; every process sets its
+    own clocks to `offset` (sent back with each reply), so time.time() in the learner is
+    `real time + offset`, and so is `now()` here: what Redis TIME must answer for the run."""
+
+    def __init__(self):
+        self._offset = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def offset(self) -> float:
+        return self._offset
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            if seconds > 0:
+                self._offset += min(float(seconds), _MAX_SLEEP)
+            return self._offset
+
+    def now(self) -> float:
+        """The run's virtual epoch time."""
+        return time.time() + self._offset
+
+
+class VirtualTime:
+    """An intercept for the Redis relay (proxy.RecordingProxy): TIME is answered in the run's virtual
+    time, so a worker that takes first_seen_at from Redis sees the clock its sleeps move; every other
+    command is `inner`'s to decide (the admin guard)."""
+
+    def __init__(self, clock: RunClock, inner=None):
+        self.clock = clock
+        self.inner = inner
+        self.names = frozenset({b"TIME"} | set(inner.names if inner is not None else ()))
+
+    def __call__(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None:
+        if args[0].upper() == b"TIME":
+            return time_answer(self.clock.now())
+        return self.inner(args) if self.inner is not None else None
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument of a call as the stub described it: its JSON text (bounded), the value that text
+    decodes to (`value`, when `decoded`), and the type it had in the learner's process."""
+    text: str
+    type_name: str
+    truncated: bool
+    decoded: bool
+    value: Any = None
+
+
+@dataclass
+class Decision:
+    """What an application decided for one call: return `value`, or raise `error` (an exception
+    whose class the stub module or the builtins define); `id` and `altered` go into the record;
+    the call takes `seconds` of the run's virtual time."""
+    id: Any = None
+    value: Any = None
+    error: BaseException | None = None
+    altered: str | None = None
+    seconds: float = 0.0
+
+
+class Application(Protocol):
+    """An exercise's instrumented module, harness side. `module` is the name learners import, `stub`
+    the learner-side file installed under that name, `functions` the names the stub may call."""
+    module: str
+    stub: Path
+    functions: frozenset[str]
+
+    def decide(self, fn: str, args: tuple[Argument, ...]) -> Decision: ...
+
+
+class ChannelError(Exception):
+    """A request was not well-formed; `args[0]` is what was wrong, as a key of the engine's locales
+    under `channel.malformed` (what a malformed call's record keeps as its `error`)."""
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    inbox: bytearray = field(default_factory=bytearray)
+    outbox: bytearray = field(default_factory=bytearray)
+    closing: bool = False
+
+
+class AppChannel:
+    """Serves one learner run: listens on `path` (a unix socket), records calls in `record`."""
+
+    def __init__(self, path: Path, application: Application, clock: RunClock | None = None,
+                 max_calls: int = MAX_CALLS):
+        self.path = Path(path)
+        self.application = application
+        self.clock = clock or RunClock()
+        self.record = CallRecord(max_calls)
+        self._selector = selectors.DefaultSelector()
+        self._listener: socket.socket | None = None
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @property
+    def over_limit(self) -> bool:
+        return self.record.over_limit
+
+    def calls(self) -> list[Call]:
+        return self.record.calls()
+
+    def __enter__(self) -> "AppChannel":
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(self.path))
+            os.chmod(self.path, 0o666)      # the learner's own uid connects
+            listener.listen(64)
+            listener.setblocking(False)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._wake_r, self._wake_w = os.pipe()
+        self._selector.register(listener, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._serve, name="retrylab-app-channel", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stopping = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(timeout=5)
+        for key in list(self._selector.get_map().values()):
+            if isinstance(key.data, _Connection):
+                key.data.sock.close()
+        self._selector.close()
+        self._listener.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+    # the server thread -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stopping:
+            for key, events in self._selector.select(timeout=1.0):
+                if key.data == "wake":
+                    return
+                if key.data is None:
+                    self._accept()
+                    continue
+                connection = key.data
+                try:
+                    if events & selectors.EVENT_READ:
+                        self._read(connection)
+                    if events & selectors.EVENT_WRITE:
+                        self._write(connection)
+                except OSError:
+                    self._close(connection)
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        if len(self._selector.get_map()) - 2 >= MAX_CONNECTIONS:
+            sock.close()    # the stub says the channel is closed; nothing is recorded
+            return
+        sock.setblocking(False)
+        self._selector.register(sock, selectors.EVENT_READ, _Connection(sock))
+
+    def _read(self, connection: _Connection) -> None:
+        data = connection.sock.recv(65536)
+        if not data:
+            if connection.inbox:    # closed in the middle of a frame
+                self.record.malformed("unfinished", bytes(connection.inbox[:64]), self.clock)
+            self._close(connection)
+            return
+        connection.inbox += data
+        while not connection.closing and len(connection.inbox) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(connection.inbox)
+            if length > MAX_FRAME:
+                self.record.malformed("oversized", bytes(connection.inbox[:64]), self.clock)
+                connection.closing = True   # the rest of the stream cannot be framed any more
+                connection.inbox.clear()
+                self._reply(connection, self._error_reply("ValueError", f"request over {MAX_FRAME} bytes"))
+                break
+            if len(connection.inbox) < _HEADER.size + length:
+                break
+            frame = bytes(connection.inbox[_HEADER.size:_HEADER.size + length])
+            del connection.inbox[:_HEADER.size + length]
+            self._reply(connection, self._answer(frame))
+
+    def _reply(self, connection: _Connection, reply: dict) -> None:
+        body = json.dumps(reply, allow_nan=False).encode()
+        connection.outbox += _HEADER.pack(len(body)) + body
+        self._write(connection)
+
+    def _write(self, connection: _Connection) -> None:
+        if connection.outbox:
+            sent = connection.sock.send(connection.outbox)
+            del connection.outbox[:sent]
+        if not connection.outbox and connection.closing:
+            self._close(connection)
+            return
+        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.outbox else 0)
+        self._selector.modify(connection.sock, wanted, connection)
+
+    def _close(self, connection: _Connection) -> None:
+        try:
+            self._selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass
+        connection.sock.close()
+
+    # requests ----------------------------------------------------------------------------------
+
+    def _answer(self, frame: bytes) -> dict:
+        try:
+            request = _decode(frame)
+            if request["op"] == "advance":
+                return {"offset": self.clock.advance(_seconds(request.get("seconds")))}
+            fn, args, pid = _call_of(request, self.application.functions)
+        except ChannelError as exc:
+            self.record.malformed(str(exc), frame[:64], self.clock)
+            return self._error_reply("ValueError", f"retrylab: malformed request to the harness: {exc}")
+        if self.record.full:
+            self.record.refuse()    # not kept: the run is over its limit, and is being stopped
+            return self._error_reply("RuntimeError", f"retrylab: more than {self.record.limit} calls; "
+                                                     "this run is being stopped")
+        return self._call(fn, args, pid)
+
+    def _call(self, fn: str, args: tuple[Argument, ...], pid: int | None) -> dict:
+        t, offset = self.clock.now(), self.clock.offset
+        try:
+            decision = self.application.decide(fn, args)
+        except Exception as exc:  # noqa: BLE001 - a bug in an application must not end the channel
+            decision = Decision(error=RuntimeError(f"retrylab: the harness could not decide this call: {exc!r}"))
+        first = args[0] if args else None
+        error = decision.error
+        self.record.add(Call(
+            t=t, id=decision.id, is_dict=bool(first and first.decoded and isinstance(first.value, dict)),
+            arg=first.text[:ARG_TEXT_LIMIT] if first else "", outcome="error" if error else "ok",
+            error=str(error) if error else None, error_class=type(error).__name__ if error else None,
+            offset=offset, pid=pid, fn=fn, altered=decision.altered))
+        now = self.clock.advance(decision.seconds)
+        if error is not None:
+            reply = self._error_reply(type(error).__name__, str(error), _attributes(error))
+            reply["offset"] = now
+            return reply
+        try:
+            json.dumps(decision.value, allow_nan=False)
+        except (TypeError, ValueError):
+            decision.value = None
+        return {"offset": now, "value": decision.value}
+
+    def _error_reply(self, cls: str, message: str, attrs: dict | None = None) -> dict:
+        return {"offset": self.clock.offset, "error": {"class": cls, "message": message, "attrs": attrs or {}}}
+
+
+def _decode(frame: bytes) -> dict:
+    try:
+        request = json.loads(frame)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ChannelError("not_json") from None
+    if not isinstance(request, dict) or request.get("op") not in ("call", "advance"):
+        raise ChannelError("not_request")
+    return request
+
+
+def _seconds(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
+        raise ChannelError("bad_seconds")
+    return max(0.0, float(value))
+
+
+def _call_of(request: dict, functions: frozenset[str]) -> tuple[str, tuple[Argument, ...], int | None]:
+    fn, raw_args, pid = request.get("fn"), request.get("args"), request.get("pid")
+    if not isinstance(fn, str) or fn not in functions:
+        raise ChannelError("unknown_function")
+    if not isinstance(raw_args, list) or len(raw_args) > 8:
+        raise ChannelError("bad_arguments")
+    if not (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 1 << 32):
+        pid = None
+    return fn, tuple(_argument(a) for a in raw_args), pid
+
+
+def _argument(raw) -> Argument:
+    if not isinstance(raw, dict) or not isinstance(raw.get("json"), str):
+        raise ChannelError("bad_arguments")
+    text, type_name = raw["json"], raw.get("type")
+    if not isinstance(type_name, str) or not type_name.isidentifier() or len(type_name) > 64:
+        type_name = "object"
+    truncated = raw.get("truncated") is True
+    if not truncated:
+        try:
+            return Argument(text=text, type_name=type_name, truncated=False, decoded=True, value=json.loads(text))
+        except (ValueError, RecursionError):
+            pass
+    return Argument(text=text, type_name=type_name, truncated=truncated, decoded=False)
+
+
+def _attributes(error: BaseException) -> dict:
+    """An exception's own attributes that survive JSON (HTTPError's status), for the stub to set."""
+    found = {}
+    for name, value in vars(error).items():
+        if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None))):
+            found[name] = value
+    return found
+
+
+def describe_malformed(call: Call) -> str:
+    """What was wrong with a malformed call's request, for a learner, in the current language."""
+    return i18n.label(f"channel.malformed.{call.error}") if call.outcome == MALFORMED else ""
+
+
+def describe_call_limit(script: str, limit: int) -> str:
+    """Why a run was stopped for making too many calls, in the current language."""
+    return i18n.label("channel.call_limit", script=script, limit=limit)

@@ -1,0 +1,149 @@
+"""The application channel (retrylab.appchannel): the harness decides and records every call of an
+exercise's instrumented module; raw, forged or malformed requests are recorded as what they are,
+never as a call the learner made up; the run's clock is the harness's."""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import struct
+import time
+
+import pytest
+
+from retrylab.appchannel import MAX_FRAME, AppChannel
+from retrylab.calllog import MALFORMED
+from retrylab.fixtures import messages, taskproc
+from retrylab.fixtures.taskproc_app import TaskprocApp
+from retrylab.learner_site import appstub
+
+
+@pytest.fixture
+def seeded():
+    return [messages.new_message("good"), messages.new_message("bad")]
+
+
+@pytest.fixture
+def channel(tmp_path, seeded, monkeypatch):
+    with AppChannel(tmp_path / "app.sock", TaskprocApp(seeded=seeded), max_calls=50) as channel:
+        monkeypatch.setenv(appstub.SOCKET_VARIABLE, str(channel.path))
+        yield channel
+        appstub.disconnect()
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def _raw(channel, data: bytes, *, reply: bool = True):
+    """Send raw bytes on a connection of our own; the decoded reply (None: none, or closed)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(str(channel.path))
+        sock.sendall(data)
+        if not reply:
+            sock.shutdown(socket.SHUT_WR)
+            sock.recv(1)
+            return None
+        header = sock.recv(4, socket.MSG_WAITALL)
+        if len(header) < 4:
+            return None
+        (length,) = struct.unpack(">I", header)
+        return json.loads(sock.recv(length, socket.MSG_WAITALL))
+
+
+def _call(message, **extra) -> bytes:
+    request = {"op": "call", "fn": "process", "pid": 1, "args": [appstub.describe(message)], **extra}
+    return _frame(json.dumps(request).encode())
+
+
+def test_the_stub_returns_or_raises_what_the_harness_decided(channel, seeded):
+    good, bad = seeded
+    assert taskproc.process(good) == {"id": good["id"], "status": "done"}
+    with pytest.raises(taskproc.TaskRejected, match=f"task {bad['id']}: kind=bad is rejected"):
+        taskproc.process(bad)
+    with pytest.raises(TypeError, match="got bytes"):
+        taskproc.process(json.dumps(good).encode())
+    assert [(c.id, c.outcome, c.altered) for c in channel.calls()] == [
+        (good["id"], "ok", None), (bad["id"], "error", None), (None, "error", None)]
+
+
+def test_a_queued_message_fails_by_the_kind_it_was_queued_with(channel, seeded):
+    bad = dict(seeded[1], kind="good")
+    with pytest.raises(taskproc.TaskRejected):
+        taskproc.process(bad)
+    data_changed = dict(seeded[0], data={"order": -1})
+    taskproc.process({"attempts": 3, "payload": data_changed})    # an envelope: judged by its payload
+    assert [(c.outcome, c.altered) for c in channel.calls()] == [("error", "kind"), ("ok", "data")]
+
+
+def test_a_request_claiming_its_own_outcome_is_decided_by_the_harness(channel, seeded):
+    reply = _raw(channel, _call(seeded[1], outcome="ok", error=None, error_class=None))
+    assert reply["error"]["class"] == "TaskRejected"
+    (call,) = channel.calls()
+    assert (call.id, call.outcome, call.error_class) == (seeded[1]["id"], "error", "TaskRejected")
+
+
+@pytest.mark.parametrize("data, problem", [
+    (_frame(b"\xff\xfe garbage"), "not_json"),
+    (_frame(b"[1, 2, 3]"), "not_request"),
+    (_frame(json.dumps({"op": "record", "id": "x", "outcome": "ok"}).encode()), "not_request"),
+    (_frame(json.dumps({"op": "call", "fn": "process", "args": "x"}).encode()), "bad_arguments"),
+    (_frame(json.dumps({"op": "call", "fn": "process", "args": [{"text": 1}]}).encode()), "bad_arguments"),
+    (_frame(json.dumps({"op": "call", "fn": "os.system", "args": []}).encode()), "unknown_function"),
+    (_frame(json.dumps({"op": "advance", "seconds": "NaN"}).encode()), "bad_seconds"),
+    (struct.pack(">I", MAX_FRAME + 1) + b"x" * 100, "oversized"),
+    (b"\xff\xff\xff\xff" + b"random bytes", "oversized"),
+])
+def test_a_malformed_request_is_answered_and_recorded_as_malformed(channel, data, problem):
+    reply = _raw(channel, data)
+    assert reply["error"]["class"] == "ValueError"
+    (call,) = channel.calls()
+    assert (call.outcome, call.error, call.id) == (MALFORMED, problem, None)
+
+
+def test_a_half_request_is_recorded_when_its_connection_closes(channel):
+    _raw(channel, _call({"id": "a", "kind": "good"})[:20], reply=False)
+    for _ in range(100):
+        if channel.calls():
+            break
+        time.sleep(0.01)
+    (call,) = channel.calls()
+    assert (call.outcome, call.error) == (MALFORMED, "unfinished")
+
+
+def test_a_list_as_id_is_an_ordinary_call_with_no_id(channel):
+    assert taskproc.process({"id": [1, 2], "kind": "good"}) == {"id": None, "status": "done"}
+    (call,) = channel.calls()
+    assert (call.id, call.outcome, call.is_dict) == (None, "ok", True)
+
+
+def test_more_calls_than_the_limit_are_refused_and_not_kept(channel):
+    for n in range(50):
+        taskproc.process({"id": f"m{n}", "kind": "good"})
+    assert not channel.over_limit
+    with pytest.raises(RuntimeError, match="more than 50 calls"):
+        taskproc.process({"id": "one-too-many", "kind": "good"})
+    assert channel.over_limit and len(channel.calls()) == 50
+
+
+def test_a_huge_argument_is_bounded_on_both_sides(channel):
+    with pytest.raises(ValueError, match="not bulk data"):
+        taskproc.process({"id": "big", "kind": "good", "blob": "x" * (10 << 20)})
+    (call,) = channel.calls()
+    assert len(call.arg) <= 4096 and call.outcome == "error"
+
+
+def test_sleeping_moves_the_runs_clock_and_every_reply_carries_it(channel):
+    offsets = []
+    appstub.on_offset = offsets.append
+    try:
+        appstub.request({"op": "advance", "seconds": 12.5})
+        appstub.request({"op": "advance", "seconds": -3})     # never backwards
+        appstub.request({"op": "advance", "seconds": 1e300})  # bounded
+        taskproc.process({"id": "a", "kind": "good"})
+    finally:
+        appstub.on_offset = None
+    assert offsets[:2] == [12.5, 12.5] and math.isfinite(offsets[2]) and offsets[3] == offsets[2] + 1
+    assert channel.clock.offset == offsets[3]
+    assert abs(channel.clock.now() - (channel.clock.offset + time.time())) < 1

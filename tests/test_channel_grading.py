@@ -1,0 +1,41 @@
+"""Grading a submission that floods the application channel keeps the grader's memory bounded: the
+run is stopped after MAX_CALLS calls, each record's argument is bounded, and nothing the learner
+sends is kept whole. Measured as the peak RSS of a grading in a subprocess of its own."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from retrylab.fixtures import corpus
+from retrylab.fixtures.corpus import REFERENCE
+
+PEAK_RSS_BOUND = 300 << 20      # bytes; a grading of the reference takes about 50 MB here
+_MEASURE = """
+import json, resource, sys
+from retrylab.grading import grade
+report = grade(sys.argv[1], backend=sys.argv[2])
+print(json.dumps({"verdicts": {r.number: r.status for r in report.lab_results},
+                  "messages": {r.number: r.message for r in report.lab_results},
+                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def _grade_in_subprocess(submission, backend: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(submission), backend], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["fake", "redis-server"])
+def test_a_call_flood_is_stopped_and_the_graders_memory_stays_bounded(backend, tmp_path):
+    entry = next(e for e in corpus.entries("hostile") if e.name == "call-flood")
+    flood = _grade_in_subprocess(entry.materialize(tmp_path / "submission"), backend)
+    assert {int(k): v for k, v in flood["verdicts"].items()} == entry.expect
+    for step in ("1", "6", "7"):
+        assert "more than 10000 calls" in flood["messages"][step], flood["messages"][step]
+    reference = _grade_in_subprocess(REFERENCE, backend)
+    assert flood["peak"] < PEAK_RSS_BOUND, (flood["peak"] >> 20, reference["peak"] >> 20)
