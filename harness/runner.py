@@ -117,6 +117,11 @@ class LearnerRunner:
                    "RETRYLAB_REDIS_DB": str(endpoint.db),
                    "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
                    "RETRYLAB_TASKPROC": str(TASKPROC), "RETRYLAB_CALL_LOG": str(calllog.path)}
+            if sandbox.isolated:  # no network in its namespace: the relay's unix socket is the only way out
+                socket_path = sandbox.socket_path("redis.sock")
+                proxy.serve_unix(socket_path)
+                env.update(RETRYLAB_REDIS_SOCKET=str(socket_path),
+                           REDIS_URL=f"unix://{socket_path}?db={endpoint.db}")
             # a server the user named (url backend) may need them; the proxy relays bytes as they are
             env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
                         (("username", endpoint.username), ("password", endpoint.password)) if v})

@@ -3,7 +3,8 @@ first on PYTHONPATH, so no harness module can shadow a learner's module of the s
 
 Three things make learner code run unchanged yet hermetically and fast:
 1. every redis-py connection (sync and asyncio, any host/port/URL/unix socket) goes to the check's
-   private server, named by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
+   private server's recording relay, named by RETRYLAB_REDIS_SOCKET (a unix socket: in a sandbox
+   with its own network namespace), else by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
 2. `import taskproc` gives the harness's instrumented module (RETRYLAB_TASKPROC), so a real
    /opt/app on a lab machine cannot shadow it;
 3. time is virtual: sleeping returns at once and moves the clocks forward, so a worker that
@@ -21,7 +22,8 @@ def _install():
     virtual_clock.install()
     taskproc_loader.install(os.environ.get("RETRYLAB_TASKPROC", ""))
     redirect.install(os.environ.get("RETRYLAB_REDIS_HOST", "127.0.0.1"),
-                     int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")))
+                     int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")),
+                     os.environ.get("RETRYLAB_REDIS_SOCKET", ""))
 
 
 try:
