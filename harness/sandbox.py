@@ -53,7 +53,7 @@ from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, 
                                  processes_of_uid)
 
 __all__ = ["CappedBuffer", "Containment", "Limits", "Sandbox", "SandboxError", "ScriptResult",
-           "containment", "descendants", "find_processes", "processes_of_uid", "sweep"]
+           "containment", "descendants", "find_processes", "isolation_problem", "processes_of_uid", "sweep"]
 
 SITE_DIR = Path(__file__).resolve().parent / "learner_site" / "pythonpath"
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
@@ -241,6 +241,19 @@ def _detect() -> Containment:
     return _with_namespaces(Containment(unprivileged_uid=True, cgroups=cgroups, notes=tuple(notes)))
 
 
+ISOLATION_CHOICES = ("auto", "required")
+
+
+def isolation_problem(isolation: str) -> str:
+    """'' if learner code may run here under `isolation` ("auto": however the machine allows;
+    "required": only in namespaces of its own), else the one line saying why not."""
+    if isolation != "required" or containment().isolated:
+        return ""
+    why = "; ".join(n for n in containment().notes if "namespace" in n or "bwrap" in n)
+    return (f"--isolation required: learner code cannot run in namespaces of its own here "
+            f"({why or 'no bubblewrap and no unshare(2)'})")
+
+
 def _with_namespaces(base: Containment) -> Containment:
     """`base` with the first way of giving scripts namespaces of their own that works here:
     bubblewrap where it is installed, else unshare(2) directly (RETRYLAB_NAMESPACES picks one)."""
@@ -257,7 +270,9 @@ def _with_namespaces(base: Containment) -> Containment:
         if not problem:
             return dataclasses.replace(candidate, notes=tuple(notes))
         notes.append(f"namespaces through {kind} do not work here ({problem})")
-    if wanted and wanted not in ("auto", "none", *_NAMESPACE_KINDS):
+    if wanted == "none":
+        notes.append(f"namespaces turned off ({NAMESPACES_VARIABLE}=none)")
+    elif wanted and wanted not in ("auto", *_NAMESPACE_KINDS):
         notes.append(f"{NAMESPACES_VARIABLE}={wanted!r} is not one of bwrap, unshare, none")
     return dataclasses.replace(base, notes=tuple(notes))
 
