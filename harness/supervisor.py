@@ -249,7 +249,8 @@ def _bwrap_argv(config: dict) -> list[str]:
             argv += ["--proc", op[1]]
         elif kind == "dev":
             argv += ["--dev", op[1]]
-    return argv + ["--chdir", config["cwd"], "--", *config["argv"]]
+    # its root is a tmpfs the run's uid owns in its user namespace: read-only, like the unshare path's
+    return argv + ["--remount-ro", "/", "--chdir", config["cwd"], "--", *config["argv"]]
 
 
 def _enter_namespaces() -> None:
