@@ -112,7 +112,13 @@ def _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lan
     return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
                   submission=str(submission),
                   backend=backend, harness_version=__version__, results=results,
-                  seconds=time.monotonic() - started, harness_error=harness_error, lang=lang)
+                  seconds=time.monotonic() - started, harness_error=harness_error, lang=lang,
+                  notes=_isolation_notes())
+
+
+def _isolation_notes() -> tuple[str, ...]:
+    from retrylab import sandbox  # measured already: the checks ran learner code
+    return () if sandbox.containment().isolated else (i18n.label("report.isolation_partial"),)
 
 
 def _exit_reason(output: str) -> str:

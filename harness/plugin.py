@@ -42,6 +42,9 @@ def pytest_addoption(parser):
                     metavar="N", help="grade only lab step N (repeatable)")
     group.addoption("--step-timeout", dest="retrylab_step_timeout", type=float, default=None, metavar="SECONDS",
                     help="time limit of every step (default: each step's own, from exercise.toml)")
+    group.addoption("--isolation", dest="retrylab_isolation", default="auto", choices=("auto", "required"),
+                    help="required: exit 2 unless learner code runs in namespaces of its own "
+                         "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
     group.addoption("--lang", dest="retrylab_lang", default=None, choices=i18n.LANGUAGES,
                     help="language of the checks' messages: en, zh, ru, fa (default: from LANGUAGE, "
                          "LC_ALL, LC_MESSAGES, LANG; else en)")
@@ -124,6 +127,10 @@ def redis_backend(pytestconfig):
 @pytest.fixture(scope="session")
 def learner(submission, pytestconfig) -> LearnerRunner:
     """Runs the learner's scripts (see LearnerRunner.run), within the current step's time limit."""
+    from retrylab.sandbox import isolation_problem
+    problem = isolation_problem(pytestconfig.getoption("retrylab_isolation"))
+    if problem:
+        pytest.exit(f"retrylab: {problem}", returncode=2)
     return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK])
 
 

@@ -1,6 +1,7 @@
 """A recording TCP relay between a learner's Redis clients and the private Redis server of a check.
 
-`RecordingProxy` listens on 127.0.0.1 (a free port) and relays every connection to the upstream server, byte for byte,
+`RecordingProxy` listens on 127.0.0.1 (a free port), and on a unix socket too if asked (`serve_unix`: the only way out
+of a sandbox with its own network namespace), and relays every connection to the upstream server, byte for byte,
 in both directions. On the way it parses what clients send (RESP arrays of bulk strings, and inline commands as typed
 into telnet) and records every command, so a check can see which values a worker pushed, in which order, from which
 connection. It also parses what the server sends back (RESP2 and RESP3) just far enough to count replies, which tells
@@ -30,6 +31,7 @@ Design notes:
 from __future__ import annotations
 
 import collections
+import os
 import socket
 import threading
 import time
@@ -577,6 +579,7 @@ class RecordingProxy:
         self._address: tuple[str, int] | None = None
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
+        self._unix_listeners: list[tuple[socket.socket, threading.Thread]] = []
         self._closed = False
 
     # -- public interface ---------------------------------------------------------------------------------------------
@@ -604,10 +607,30 @@ class RecordingProxy:
             raise
         self._listener = listener
         self._address = listener.getsockname()[:2]
-        self._accept_thread = threading.Thread(target=self._accept_loop, name=f"retrylab-proxy-{self._address[1]}",
-                                               daemon=True)
+        self._accept_thread = threading.Thread(target=self._accept_loop, args=(listener,),
+                                               name=f"retrylab-proxy-{self._address[1]}", daemon=True)
         self._accept_thread.start()
         return self
+
+    def serve_unix(self, path) -> None:
+        """Also accept clients on a unix socket at `path` (made here, mode 0666: the learner's uid
+        connects through it). Its folder should be the harness's, so nobody can replace the socket."""
+        if self._listener is None or self._closed:
+            raise RuntimeError("serve_unix() needs a started, open RecordingProxy")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(path))
+            os.chmod(path, 0o666)
+            listener.listen(128)
+            listener.settimeout(0.25)
+        except OSError:
+            listener.close()
+            raise
+        thread = threading.Thread(target=self._accept_loop, args=(listener,), daemon=True,
+                                  name=f"retrylab-proxy-{self._address[1]}-unix")
+        with self._lock:
+            self._unix_listeners.append((listener, thread))
+        thread.start()
 
     def close(self) -> None:
         with self._lock:
@@ -617,10 +640,13 @@ class RecordingProxy:
             conns = list(self._conns.values())
         if self._listener is not None:
             _shutdown(self._listener)  # wakes accept(); the accept thread closes the listener as it leaves
+        for listener, _ in self._unix_listeners:
+            _shutdown(listener)
         for conn in conns:
             self._end(conn)
         deadline = time.monotonic() + _CLOSE_BUDGET
         threads = [self._accept_thread] if self._accept_thread else []
+        threads += [thread for _, thread in self._unix_listeners]
         threads += [t for conn in conns for t in list(conn.threads)]
         for thread in threads:
             if thread is not threading.current_thread():
@@ -657,8 +683,7 @@ class RecordingProxy:
 
     # -- connections --------------------------------------------------------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        listener = self._listener
+    def _accept_loop(self, listener: socket.socket) -> None:
         try:
             while not self._closed:
                 try:

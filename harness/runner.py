@@ -124,7 +124,7 @@ class LearnerRunner:
         guard = VirtualTime(run_clock, AdminGuard(endpoint.db, shared=endpoint.shared))
         with RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
-                AppChannel(sandbox.sockets / "app.sock", app, run_clock) as channel, \
+                AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel, \
                 endpoint.client() as client:
             progress = Progress(client, channel, proxy)
             env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
@@ -132,6 +132,11 @@ class LearnerRunner:
                    "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
                    "RETRYLAB_APP_MODULE": app.module, "RETRYLAB_APP_STUB": str(app.stub),
                    "RETRYLAB_APP_SOCKET": str(channel.path)}
+            if sandbox.isolated:  # no network in its namespace: the relay's unix socket is the only way out
+                socket_path = sandbox.socket_path("redis.sock")
+                proxy.serve_unix(socket_path)
+                env.update(RETRYLAB_REDIS_SOCKET=str(socket_path),
+                           REDIS_URL=f"unix://{socket_path}?db={endpoint.db}")
             # a server the user named (url backend) may need them; the proxy relays bytes as they are
             env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
                         (("username", endpoint.username), ("password", endpoint.password)) if v})

@@ -27,6 +27,7 @@ on what the machine allows (`containment()` says what applies here):
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import marshal
 import os
@@ -52,7 +53,7 @@ from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, 
                                  processes_of_uid)
 
 __all__ = ["CappedBuffer", "Containment", "Limits", "Sandbox", "SandboxError", "ScriptResult",
-           "containment", "descendants", "find_processes", "processes_of_uid", "sweep"]
+           "containment", "descendants", "find_processes", "isolation_problem", "processes_of_uid", "sweep"]
 
 SITE_DIR = Path(__file__).resolve().parent / "learner_site" / "pythonpath"
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
@@ -169,15 +170,33 @@ class ScriptResult:
 # --------------------------------------------------------------------------------------------------
 # What containment this machine allows (measured once per harness process)
 
+NAMESPACES_VARIABLE = "RETRYLAB_NAMESPACES"  # "bwrap", "unshare" or "none": use only that (CI runs each)
+_NAMESPACE_KINDS = ("bwrap", "unshare")
+
+
 @dataclass(frozen=True)
 class Containment:
     """How learner scripts are contained here. `containment()` measures it; tests may force a weaker one."""
     unprivileged_uid: bool = False    # root: run each script as a fresh uid (needs the probe to pass)
     cgroups: tuple[str, ...] = ()     # parent directories under which a pids cgroup per run is made
     notes: tuple[str, ...] = ()       # why something is not used (shown by `describe`)
+    namespaces: str = ""              # "bwrap", "unshare" (own mount/net/IPC/PID/UTS namespaces), "": none
+    bwrap: str = ""                   # the bubblewrap executable (namespaces == "bwrap")
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the script has namespaces of its own (else isolation is partial: it shares the
+        machine's network, /proc, IPC and scratch folders)."""
+        return bool(self.namespaces)
 
     def describe(self) -> str:
         parts = ["supervisor with subreaper (kills every descendant)"]
+        if self.namespaces:
+            how = "bubblewrap" if self.namespaces == "bwrap" else "unshare(2)"
+            parts.append(f"own mount, network, IPC, PID and UTS namespaces ({how}): no network but its "
+                         f"broker's unix socket")
+        else:
+            parts.append("isolation is partial: no namespaces of its own")
         if self.unprivileged_uid:
             parts.append("a fresh unprivileged uid per run (RLIMIT_NPROC, kill by uid)")
         else:
@@ -207,7 +226,8 @@ def containment() -> Containment:
 
 def _detect() -> Containment:
     if os.geteuid() != 0:
-        return Containment(cgroups=_usable_cgroups(), notes=("not root: scripts run as this user",))
+        base = Containment(cgroups=_usable_cgroups(), notes=("not root: scripts run as this user",))
+        return _with_namespaces(base)
     notes = []
     cgroups = _usable_cgroups()
     if not cgroups:
@@ -217,13 +237,51 @@ def _detect() -> Containment:
     if problem:
         notes.append(f"an unprivileged uid does not work here ({problem}): scripts run as root "
                      f"without capabilities")
-        return Containment(cgroups=cgroups, notes=tuple(notes))
-    return Containment(unprivileged_uid=True, cgroups=cgroups, notes=tuple(notes))
+        return _with_namespaces(Containment(cgroups=cgroups, notes=tuple(notes)))
+    return _with_namespaces(Containment(unprivileged_uid=True, cgroups=cgroups, notes=tuple(notes)))
+
+
+ISOLATION_CHOICES = ("auto", "required")
+
+
+def isolation_problem(isolation: str) -> str:
+    """'' if learner code may run here under `isolation` ("auto": however the machine allows;
+    "required": only in namespaces of its own), else the one line saying why not."""
+    if isolation != "required" or containment().isolated:
+        return ""
+    why = "; ".join(n for n in containment().notes if "namespace" in n or "bwrap" in n)
+    return (f"--isolation required: learner code cannot run in namespaces of its own here "
+            f"({why or 'no bubblewrap and no unshare(2)'})")
+
+
+def _with_namespaces(base: Containment) -> Containment:
+    """`base` with the first way of giving scripts namespaces of their own that works here:
+    bubblewrap where it is installed, else unshare(2) directly (RETRYLAB_NAMESPACES picks one)."""
+    wanted = os.environ.get(NAMESPACES_VARIABLE, "").strip().lower()
+    kinds = _NAMESPACE_KINDS if wanted in ("", "auto") else tuple(k for k in _NAMESPACE_KINDS if k == wanted)
+    notes = list(base.notes)
+    for kind in kinds:
+        bwrap = (shutil.which("bwrap") or "") if kind == "bwrap" else ""
+        if kind == "bwrap" and not bwrap:
+            notes.append("bubblewrap (bwrap) is not installed")
+            continue
+        candidate = dataclasses.replace(base, namespaces=kind, bwrap=bwrap)
+        problem = _probe(candidate)
+        if not problem:
+            return dataclasses.replace(candidate, notes=tuple(notes))
+        notes.append(f"namespaces through {kind} do not work here ({problem})")
+    if wanted == "none":
+        notes.append(f"namespaces turned off ({NAMESPACES_VARIABLE}=none)")
+    elif wanted and wanted not in ("auto", *_NAMESPACE_KINDS):
+        notes.append(f"{NAMESPACES_VARIABLE}={wanted!r} is not one of bwrap, unshare, none")
+    return dataclasses.replace(base, notes=tuple(notes))
 
 
 def _probe(candidate: Containment) -> str:
     """'' if a learner process runs with `candidate` and imports what the learner site needs."""
     script = "import sys, redis, time_machine\nprint(sys.version)\n"
+    if candidate.namespaces:  # really in a PID namespace of its own
+        script += "import os\nassert os.getpid() < 10, os.getpid()\n"
     with tempfile.TemporaryDirectory(prefix="retrylab-probe-") as folder:
         Path(folder, "probe.py").write_text(script)
         try:
@@ -316,6 +374,59 @@ def _needed_paths() -> frozenset[Path]:
     return frozenset(p.resolve() for p in paths if p.exists())
 
 
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_SMALL_SCRATCH = 64 << 20   # bytes of tmpfs for /var/tmp, /run/lock, /dev/shm (memory: it is a tmpfs)
+
+
+@functools.lru_cache(maxsize=1)
+def _learner_paths() -> tuple[str, ...]:
+    """What a learner process reads besides the system: the interpreter's prefixes, its site-packages
+    (redis, time_machine), and the harness's learner-side package. Of the harness only
+    retrylab/__init__.py and retrylab/learner_site: an editable install maps `retrylab` to the
+    repository's harness/ folder, and nothing else of the repository is the learner's to read."""
+    import redis
+    import time_machine
+    package = Path(__file__).resolve().parent
+    candidates = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                  *site.getsitepackages(), os.path.dirname(os.path.dirname(redis.__file__)),
+                  os.path.dirname(time_machine.__file__), str(package / "__init__.py"),
+                  str(package / "learner_site")]
+    return _outermost(Path(c).resolve() for c in candidates if c and os.path.exists(c))
+
+
+def _outermost(paths) -> tuple[str, ...]:
+    """`paths` without those inside another one (a bind of the outer one shows them already)."""
+    unique = sorted(set(paths), key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in unique:
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return tuple(str(p) for p in kept)
+
+
+def _mount_plan(root: Path, files, limits: Limits) -> list[tuple]:
+    """The filesystem a script sees in its own mount namespace, in the order it is laid out
+    (supervisor.py carries it out itself, or hands it to bubblewrap): a fresh /proc, a minimal
+    /dev, private scratch tmpfs, the system read-only, what Python needs read-only, the run's folder
+    at the same path, and the files the environment names (e.g. the instrumented taskproc).
+    ("ro"|"rw", source, target), ("tmpfs", target, bytes), ("symlink", link text, path), ("proc"|"dev", target)."""
+    plan: list[tuple] = [("proc", "/proc"), ("dev", "/dev"), ("tmpfs", "/tmp", limits.file_bytes)]
+    plan += [("tmpfs", folder, _SMALL_SCRATCH) for folder in ("/var/tmp", "/run/lock", "/dev/shm")]
+    binds: list[Path] = []
+    for folder in _SYSTEM_DIRS:
+        if os.path.islink(folder):
+            plan.append(("symlink", os.readlink(folder), folder))
+        elif os.path.isdir(folder):
+            binds.append(Path(folder))
+    shown = [Path(p) for p in _outermost([*binds, *map(Path, _learner_paths())])]
+    plan += [("ro", str(p), str(p)) for p in shown]
+    plan.append(("rw", str(root), str(root)))
+    for path in sorted(files):
+        if not any(s == path or s in path.parents for s in [*shown, root]):
+            plan.append(("ro", str(path), str(path)))
+    return plan
+
+
 def _exposures(paths) -> list[tuple[str, list[str]]]:
     """For each directory others cannot enter on the way to a needed path (e.g. /root, mode 0700):
     that directory and the needed paths below it, to be bind-mounted onto a tmpfs laid over it."""
@@ -367,12 +478,13 @@ class Sandbox:
             self.home = self.root / "home"
             self.tmp = self.root / "tmp"
             self.logs = self.root / "log"  # the harness's: the learner may write its files, not replace them
-            self.sockets = self.root / "sock"  # the harness's sockets (the application channel): root's, 0755
+            self.socket_dir = self.root / "sock"  # the harness's unix sockets for the learner (e.g. its broker)
             # symlinks stay links: a link to a harness file must not be copied in as the file itself
             shutil.copytree(self.submission, self.workdir, symlinks=True, copy_function=_copy_regular,
                             ignore=shutil.ignore_patterns("__pycache__", ".git"))
-            for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755), (self.sockets, 0o755)):
+            for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755), (self.socket_dir, 0o755)):
                 folder.mkdir(mode=mode)
+                os.chmod(folder, mode)  # whatever the umask
             if contained.unprivileged_uid:
                 self.uid = self.gid = random.randrange(*_UID_RANGE)
                 for folder in (self.workdir, self.home, self.tmp):
@@ -387,6 +499,17 @@ class Sandbox:
         if self.uid is not None:  # what the run's own uid left in the shared scratch folders goes too
             for folder in _SCRATCH:
                 _remove_owned(folder, self.uid)
+
+    @property
+    def isolated(self) -> bool:
+        """Whether scripts run in namespaces of their own: no network then, their broker is a unix
+        socket in `socket_dir` (which they see at the same path)."""
+        return self.containment.isolated
+
+    def socket_path(self, name: str) -> Path:
+        """Where the harness binds a unix socket for the learner's processes (root-owned folder:
+        they can connect, not replace it)."""
+        return self.socket_dir / name
 
     def has(self, script: str) -> bool:
         return (self.workdir / script).is_file()
@@ -417,7 +540,7 @@ class Sandbox:
         learner_env[RUN_ID_VARIABLE] = run_id
         # a uid of its own bounds the processes already (RLIMIT_NPROC); joining a cgroup costs ~15 ms
         cgroup = None if self.uid is not None else _make_cgroup(self.containment.cgroups, run_id,
-                                                                self.limits.processes)
+                                                                self.limits.processes + self._helpers)
         status_r, status_w = os.pipe()
         config_r, config_w = os.pipe()
         try:
@@ -490,23 +613,36 @@ class Sandbox:
                    (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
                    (resource.RLIMIT_CORE, 0, 0)]
         hard_bound = bool(cgroups)
+        helpers = self._helpers
         if self.uid is not None:
-            rlimits.append((resource.RLIMIT_NPROC, limits.processes, limits.processes))
+            rlimits.append((resource.RLIMIT_NPROC, limits.processes + helpers, limits.processes + helpers))
             hard_bound = True
         elif os.geteuid() != 0:  # counts all this user's tasks (threads): leave room for those running
-            budget = _tasks_of_uid(os.geteuid()) + limits.processes
+            budget = _tasks_of_uid(os.geteuid()) + limits.processes + helpers
             rlimits.append((resource.RLIMIT_NPROC, budget, budget))
             hard_bound = True
         rlimits = [(which, _within_hard(which, soft), _within_hard(which, hard)) for which, soft, hard in rlimits]
-        expose = []
-        if self.uid is not None:
-            needed = set(_needed_paths()) | {self.root.resolve()}
-            needed |= {Path(v).resolve().parent for v in env.values() if v.startswith("/") and os.path.isfile(v)}
+        expose, mounts = [], []
+        namespaces = self.containment.namespaces
+        files = {Path(v).resolve() for v in env.values() if v.startswith("/") and os.path.isfile(v)}
+        if namespaces:
+            mounts = _mount_plan(self.root.resolve(), files, limits)
+            if namespaces == "bwrap" and self.uid is not None:
+                expose = _exposures({Path(op[1]) for op in mounts if op[0] in ("ro", "rw")})
+        elif self.uid is not None:
+            needed = set(_needed_paths()) | {self.root.resolve()} | {f.parent for f in files}
             expose = _exposures(needed)
         return {"argv": [sys.executable, script], "cwd": str(self.workdir), "env": env,
                 "rlimits": rlimits, "uid": self.uid, "gid": self.gid, "expose": expose,
+                "namespaces": namespaces, "bwrap": self.containment.bwrap, "mounts": mounts,
+                "helpers": helpers,
                 "cgroups": cgroups, "processes": limits.processes, "watchdog": not hard_bound,
                 "grace": STOP_GRACE, "status_fd": status_fd, "parent": os.getpid()}
+
+    @property
+    def _helpers(self) -> int:
+        """Processes of the run's uid that are not the script's: bubblewrap's two, or the init."""
+        return {"bwrap": 2, "unshare": 1}.get(self.containment.namespaces, 0)
 
     def _stop(self, proc: subprocess.Popen, how: int | None, run_id: str, cgroup: str | None) -> None:
         """Have the supervisor end the run (`how` = STOP or STOP_NOW; None: it is ending already) and

@@ -7,6 +7,7 @@ Where it matters, each test runs under the containment this machine allows and u
 ones the sandbox falls back to elsewhere (root without a uid of its own; no cgroup either)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -26,9 +27,14 @@ from retrylab.fixtures.corpus import REFERENCE
 from retrylab.sandbox import Containment, Limits, Sandbox
 
 DETECTED = sandbox.containment()
-VARIANTS = {"detected": DETECTED,
+PLAIN = dataclasses.replace(DETECTED, namespaces="", bwrap="")   # no namespaces: partial isolation
+VARIANTS = {"own-uid": PLAIN,                                     # root: a fresh uid per run
             "no-own-uid": Containment(cgroups=DETECTED.cgroups),   # root: no capabilities, cgroup if any
-            "bare": Containment()}                                # subreaper and the supervisor's own count
+            "bare": Containment(),                                 # subreaper and the supervisor's own count
+            # namespaces of its own: both ways, wherever the machine has them (CI installs bubblewrap)
+            "unshare": dataclasses.replace(PLAIN, namespaces="unshare")}
+if shutil.which("bwrap"):
+    VARIANTS["bwrap"] = dataclasses.replace(PLAIN, namespaces="bwrap", bwrap=shutil.which("bwrap"))
 SECRET = "retrylab-containment-secret-0123456789"
 
 
@@ -70,6 +76,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _running_with(marker: str) -> list[int]:
+    """Live processes whose command line holds `marker`: a pid a script prints is its PID
+    namespace's, not the host's, when it has one of its own."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if marker.encode() in f.read() and _alive(int(name)):
+                    found.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 DAEMON = """
     import os, sys, time
     r, w = os.pipe()
@@ -81,7 +101,7 @@ DAEMON = """
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             # no environment: no marker of the run either
-            os.execve(sys.executable, [sys.executable, "-c", "import time\\nwhile True: time.sleep(3600)"], {})
+            os.execve(sys.executable, [sys.executable, "-c", "import time\\nwhile True: time.sleep(3600)  # MARKER"], {})
         os._exit(0)
     os.close(w)
     print(os.read(r, 32).decode(), flush=True)
@@ -92,12 +112,12 @@ DAEMON = """
 @pytest.mark.parametrize("then", ["exits", "runs-on"])
 def test_a_detached_daemon_does_not_survive_the_run(variant, tag, tmp_path, then):
     rest = "" if then == "exits" else "    while True:\n        time.sleep(3600)\n"
-    folder = _submission(tmp_path, daemon=DAEMON + rest)
+    folder = _submission(tmp_path, daemon=DAEMON.replace("MARKER", tag) + rest)
     with Sandbox(folder, containment=variant) as box:
         result = box.run("daemon.py", env={}, timeout=2 if then == "runs-on" else 30)
-    pid = int(result.stdout.split()[0])
+    assert result.stdout.split()[0].isdigit(), result.stderr
     assert result.returncode == (0 if then == "exits" else None), result.stderr
-    assert not _alive(pid), "the daemon outlived the run"
+    assert _running_with(tag) == [], "the daemon outlived the run"
     assert sandbox.find_processes(tag) == []
 
 
@@ -116,7 +136,8 @@ def test_processes_that_ignore_sigterm_are_killed(variant, tag, tmp_path):
     with Sandbox(folder, containment=variant) as box:
         result = box.run("stubborn.py", env={}, timeout=1.5)
     assert result.stopped == "timeout"
-    assert not any(_alive(int(pid)) for pid in result.stdout.split())
+    if not variant.namespaces:  # else its pids are its namespace's: the marker in the environment tells
+        assert not any(_alive(int(pid)) for pid in result.stdout.split())
     assert sandbox.find_processes(tag) == []
 
 
@@ -281,7 +302,7 @@ def test_an_unprivileged_harness_removes_a_copy_made_undeletable(tmp_path):
             _remove_tree(top)
             print("removed" if not top.exists() else "left")
     """)
-    with Sandbox(folder) as box:
+    with Sandbox(folder, containment=PLAIN) as box:  # in namespaces it could not import the harness
         result = box.run("cleaner.py", env={}, timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "removed"
@@ -298,10 +319,18 @@ NESTED_HARNESS = """
     (here / "bomb.py").write_text("import os\\nwhile True:\\n    os.fork()\\n")
     (here / "mess.py").write_text(open("mess.txt").read())
     print("root" if os.geteuid() == 0 else "unprivileged", sandbox.containment().describe().splitlines()[0])
+    print("namespaces", sandbox.containment().namespaces or "none")
     with Sandbox(here) as box:
         daemon = box.run("daemon.py", env={}, timeout=30)
-    pid = int(daemon.stdout.split()[0])
-    print("daemon", daemon.returncode, os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split(") ")[1][0] != "Z")
+    def alive_with(marker):  # its pid is its PID namespace's when it has one: look for its command line
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if marker in open(f"/proc/{name}/cmdline", "rb").read() and open(f"/proc/{name}/stat").read().split(") ")[1][0] != "Z":
+                    return True
+            except OSError:
+                pass
+        return False
+    print("daemon", daemon.returncode, alive_with(open("marker.txt", "rb").read()))
     with Sandbox(here, Limits(processes=8)) as box:
         print("bomb", box.run("bomb.py", env={}, timeout=30).describe())
     with Sandbox(here) as box:
@@ -311,16 +340,24 @@ NESTED_HARNESS = """
 """
 
 
-def test_a_harness_without_privileges_still_contains_its_scripts(tmp_path):
+@pytest.mark.parametrize("namespaces", ["bwrap", "unshare", "none"])
+def test_a_harness_without_privileges_still_contains_its_scripts(tmp_path, namespaces):
     # A learner's own machine: the harness is not root. Run one inside the sandbox, which has no
     # privileges there (another uid, or root without capabilities), and let it contain scripts.
+    # The outer run has no namespaces (the nested harness imports retrylab, which a sandbox hides);
+    # the nested one makes its own: bubblewrap, or unshare(2) in a new user namespace, or none.
+    if namespaces == "bwrap" and not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    marker = f"nested-daemon-{uuid.uuid4().hex}"
     folder = _submission(tmp_path, nested=NESTED_HARNESS)
-    (folder / "daemon.txt").write_text(textwrap.dedent(DAEMON))
+    (folder / "daemon.txt").write_text(textwrap.dedent(DAEMON).replace("MARKER", marker))
+    (folder / "marker.txt").write_text(marker)
     (folder / "mess.txt").write_text(textwrap.dedent(MESS).replace('os.remove("mess.py")', "pass"))
-    with Sandbox(folder) as box:
-        result = box.run("nested.py", env={}, timeout=120)
+    with Sandbox(folder, containment=PLAIN) as box:
+        result = box.run("nested.py", env={sandbox.NAMESPACES_VARIABLE: namespaces}, timeout=120)
     assert result.returncode == 0, result.stderr_tail(20)
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+    assert lines["namespaces"] == namespaces, result.stdout
     if DETECTED.unprivileged_uid:
         assert "unprivileged" in lines, result.stdout
     assert lines["daemon"] == "0 False", result.stdout

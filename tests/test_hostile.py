@@ -27,6 +27,9 @@ CHANNEL_ATTACKS = {"forged-call-log-env", "forged-calls-stub-internals", "forged
                    "hidden-duplicate", "changed-kind", "call-flood", "malformed-requests"}
 BOTH_BACKENDS = {"redis-junk", "redis-wrong-types"} | CHANNEL_ATTACKS
 CASES = [(e, "fake") for e in ENTRIES] + [(e, "redis-server") for e in ENTRIES if e.name in BOTH_BACKENDS]
+# these get out where the sandbox has no namespaces of its own (partial isolation); test_isolation.py
+# grades them on both backends and checks that nothing escaped
+NEEDS_ISOLATION = {"proxy-bypass", "shared-service-probe", "persistence", "neighbour"}
 SECRETS = {"GITHUB_TOKEN": "ghp_retrylabHostileTestSecret0123456789",
            "AWS_SECRET_ACCESS_KEY": "retrylab/hostile+test/secret/key/0123456789",
            "CI_JOB_TOKEN": "retrylab-hostile-ci-job-token-0123456789"}
@@ -58,6 +61,8 @@ def _daemon_alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("entry, backend", CASES, ids=[f"{e.name}-{b}" for e, b in CASES])
 def test_hostile_submission_is_graded_safely(entry, backend, tmp_path, monkeypatch):
+    if entry.name in NEEDS_ISOLATION and not sandbox.containment().isolated:
+        pytest.skip("isolation is partial here: this attack gets out by design")
     submission = entry.materialize(tmp_path / "submission")
     before = _digest(submission)
     tag = f"hostile-{uuid.uuid4().hex}"

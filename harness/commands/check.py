@@ -26,6 +26,9 @@ def register(subparsers) -> None:
     check.add_argument("--step-timeout", type=float, metavar="SECONDS",
                        help="time limit of every step (default: each step's own, from exercise.toml)")
     check.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    check.add_argument("--isolation", default="auto", choices=("auto", "required"),
+                        help="required: exit 2 unless learner code runs in namespaces of its own "
+                             "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
     check.add_argument("--format", default="text", choices=sorted(FORMATS))
     check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 whatever the verdict")
@@ -52,6 +55,14 @@ def validate(args) -> None:
         raise UsageError(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
     # Fail fast, with one line, when the backend cannot work here (e.g. redis-server missing).
     make_backend(args.backend, redis_url=args.redis_url).probe()
+    require_isolation(args.isolation)
+
+
+def require_isolation(isolation: str) -> None:
+    from retrylab.sandbox import isolation_problem
+    problem = isolation_problem(isolation)
+    if problem:
+        raise UsageError(problem)
 
 
 def run(args) -> int:

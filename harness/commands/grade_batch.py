@@ -9,7 +9,7 @@ from retrylab import exercise as exercises
 from retrylab import i18n
 from retrylab.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument
+from retrylab.commands.check import add_lang_argument, require_isolation
 
 # Each grading needs a Redis of its own: `url` names one shared server, so it is not offered here.
 PRIVATE_BACKENDS = sorted(name for name in BACKENDS if name != "url")
@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     batch.add_argument("--step-timeout", type=float, metavar="SECONDS",
                        help="time limit of every step (default: each step's own, from exercise.toml)")
     batch.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
+    batch.add_argument("--isolation", default="auto", choices=("auto", "required"),
+                        help="required: exit 2 unless learner code runs in namespaces of its own "
+                             "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
     add_lang_argument(batch)
 
 
@@ -60,6 +63,7 @@ def validate(args):
         raise UsageError(str(exc)) from None
     exercises.get(args.exercise)
     make_backend(args.backend).probe()  # one line, exit 2, before anything is graded
+    require_isolation(args.isolation)
     return shard
 
 

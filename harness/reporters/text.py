@@ -44,5 +44,6 @@ def render(report: Report) -> str:
                              seconds=report.seconds)]
     if report.harness_error:
         lines.append(i18n.label("report.could_not_grade", lang, error=report.harness_error))
+    lines.extend(report.notes)
     # on stdout in a GitHub job, a learner's quoted `::stop-commands::` line would be obeyed
     return inert_text("\n".join(i18n.balance(line) for line in lines)) + "\n"

@@ -3,7 +3,8 @@ first on PYTHONPATH, so no harness module can shadow a learner's module of the s
 
 Three things make learner code run unchanged yet hermetically and fast:
 1. every redis-py connection (sync and asyncio, any host/port/URL/unix socket) goes to the check's
-   private server, named by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
+   private server's recording relay, named by RETRYLAB_REDIS_SOCKET (a unix socket: in a sandbox
+   with its own network namespace), else by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
 2. `import taskproc` gives the exercise's application stub (RETRYLAB_APP_MODULE from RETRYLAB_APP_STUB),
    so a real /opt/app on a lab machine cannot shadow it; it hands each call to the harness over the
    socket RETRYLAB_APP_SOCKET;
@@ -22,7 +23,8 @@ def _install():
     virtual_clock.install()
     taskproc_loader.install(os.environ.get("RETRYLAB_APP_MODULE", ""), os.environ.get("RETRYLAB_APP_STUB", ""))
     redirect.install(os.environ.get("RETRYLAB_REDIS_HOST", "127.0.0.1"),
-                     int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")))
+                     int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")),
+                     os.environ.get("RETRYLAB_REDIS_SOCKET", ""))
 
 
 try:
