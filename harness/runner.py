@@ -124,7 +124,7 @@ class LearnerRunner:
         guard = VirtualTime(run_clock, AdminGuard(endpoint.db, shared=endpoint.shared))
         with RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
-                AppChannel(sandbox.sockets / "app.sock", app, run_clock) as channel, \
+                AppChannel(sandbox.socket_dir / "app.sock", app, run_clock) as channel, \
                 endpoint.client() as client:
             progress = Progress(client, channel, proxy)
             env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),

@@ -367,11 +367,11 @@ class Sandbox:
             self.home = self.root / "home"
             self.tmp = self.root / "tmp"
             self.logs = self.root / "log"  # the harness's: the learner may write its files, not replace them
-            self.sockets = self.root / "sock"  # the harness's sockets (the application channel): root's, 0755
+            self.socket_dir = self.root / "sock"  # the harness's unix sockets for the learner (e.g. its broker)
             # symlinks stay links: a link to a harness file must not be copied in as the file itself
             shutil.copytree(self.submission, self.workdir, symlinks=True, copy_function=_copy_regular,
                             ignore=shutil.ignore_patterns("__pycache__", ".git"))
-            for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755), (self.sockets, 0o755)):
+            for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755), (self.socket_dir, 0o755)):
                 folder.mkdir(mode=mode)
             if contained.unprivileged_uid:
                 self.uid = self.gid = random.randrange(*_UID_RANGE)
