@@ -208,6 +208,8 @@ class AppChannel:
                         self._write(connection)
                 except OSError:
                     self._close(connection)
+                except Exception:  # noqa: BLE001 - a harness bug must end one connection, not the channel
+                    self._close(connection)
 
     def _accept(self) -> None:
         try:

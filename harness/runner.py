@@ -80,7 +80,7 @@ class Progress:
         return keyspace.dump(self.client)
 
     def quiet_for(self) -> float:
-        """Seconds since the keyspace's shape or the call log last changed."""
+        """Seconds since the keyspace's shape or the record of calls last changed."""
         signature = (keyspace.shape(self.client), len(self.channel.record))
         now = time.monotonic()
         if signature != self._signature:

@@ -147,3 +147,17 @@ def test_sleeping_moves_the_runs_clock_and_every_reply_carries_it(channel):
     assert offsets[:2] == [12.5, 12.5] and math.isfinite(offsets[2]) and offsets[3] == offsets[2] + 1
     assert channel.clock.offset == offsets[3]
     assert abs(channel.clock.now() - (channel.clock.offset + time.time())) < 1
+
+
+def test_every_malformed_request_is_described_in_every_language():
+    import re
+    from pathlib import Path
+
+    from retrylab import appchannel, i18n
+    source = Path(appchannel.__file__).read_text(encoding="utf-8")
+    codes = set(re.findall(r'ChannelError\("(\w+)"\)', source)) | set(re.findall(r'malformed\("(\w+)"', source))
+    assert codes >= {"unfinished", "oversized", "not_json", "not_request", "bad_seconds", "unknown_function",
+                     "bad_arguments"}
+    for lang in i18n.LANGUAGES:
+        for code in codes:
+            assert i18n.label(f"channel.malformed.{code}", lang).strip()

@@ -28,6 +28,8 @@ def attach(node, run: ScriptRun) -> None:
 def how_it_ran(run: ScriptRun) -> str:
     """One or more lines about how the script ended, with the end of its stderr if it crashed."""
     result = run.result
+    if run.call_limit is not None:  # stopped by the harness for a flood of calls, not "settled"
+        return describe_call_limit(result.script, run.call_limit)
     text = result.describe()  # in the current language, as the engine tells how any script ended
     if (result.crashed or result.stopped == "timeout") and result.stderr_tail():
         text += ":\n" + indent(result.stderr_tail())

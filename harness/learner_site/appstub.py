@@ -3,17 +3,16 @@ module (backoff-dlq's taskproc) uses to hand each call to the harness and to fol
 
 One connection per process (a forked child opens its own), shared by its threads under a lock: one
 request, one reply. Nothing here decides anything; the reply says what to return or raise.
+Imported by every learner process (the virtual clock uses it), so json and socket are imported only
+when a first request is made: a script that never sleeps nor calls the module does not pay for them.
 """
 import builtins
-import json
 import os
-import socket
-import struct
 import threading
 
 SOCKET_VARIABLE = "RETRYLAB_APP_SOCKET"
 ARG_LIMIT = 32 << 10        # characters of an argument's JSON sent to the harness
-_HEADER = struct.Struct(">I")
+_HEADER_SIZE = 4            # a frame's length, 4 bytes big-endian
 _REPLY_LIMIT = 1 << 20
 
 _lock = threading.Lock()
@@ -59,14 +58,16 @@ def _recv_exactly(sock, n: int) -> bytes:
 def request(message: dict) -> dict:
     """Send one request, return the harness's reply (and pass its clock offset on)."""
     global _sock
+    import json
+    import socket
     body = json.dumps(message).encode()
     with _lock:
         try:
             if _sock is None:
                 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 _sock.connect(os.environ[SOCKET_VARIABLE])
-            _sock.sendall(_HEADER.pack(len(body)) + body)
-            (length,) = _HEADER.unpack(_recv_exactly(_sock, _HEADER.size))
+            _sock.sendall(len(body).to_bytes(_HEADER_SIZE, "big") + body)
+            length = int.from_bytes(_recv_exactly(_sock, _HEADER_SIZE), "big")
             if length > _REPLY_LIMIT:
                 raise ChannelClosed("retrylab: an unreadable reply from the harness")
             reply = json.loads(_recv_exactly(_sock, length))
@@ -84,6 +85,7 @@ def request(message: dict) -> dict:
 
 def describe(value) -> dict:
     """An argument as the harness reads it: its JSON text (anything not JSON as its repr), bounded."""
+    import json
     try:
         text = json.dumps(value, default=repr, sort_keys=True)
     except (TypeError, ValueError, RecursionError):
