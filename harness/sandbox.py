@@ -21,6 +21,13 @@ on what the machine allows (`containment()` says what applies here):
 - Without a uid of its own, a pids cgroup (v2, or v1's pids hierarchy) bounds the processes where
   one can be made, and says when the bound was hit; as root without either, the supervisor counts
   them itself. Not root (a learner's own machine): RLIMIT_NPROC above the tasks the user runs.
+- Namespaces (`Containment.namespaces`): each script has its own mount, network, IPC, PID and UTS
+  namespaces, through bubblewrap where it is installed, else unshare(2) directly (supervisor.py
+  carries out the same mount plan either way, `_mount_plan`). It sees the system read-only, what
+  Python needs, its run's folder at the same path, private /tmp, /var/tmp, /run/lock, /dev/shm, a
+  fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
+  (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
+  is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
 - Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
   named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
