@@ -322,6 +322,7 @@ def _init(config: dict, handles: dict[str, int], error_pipe: int) -> None:
     """PID 1 of the run's PID namespace: build its root, run the script, reap orphans, and pass
     the script's wait status to the supervisor. Never returns."""
     try:
+        os.close(config["init_pid_fd"])  # the supervisor waits for its EOF before it watches the run
         _c().sethostname(b"retrylab", 8)
         _build_root(config["mounts"], handles)
         for which, soft, hard in config["rlimits"]:

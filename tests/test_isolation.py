@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -173,6 +174,19 @@ def test_exit_status_and_death_by_signal_are_the_scripts(kind, tmp_path):
     with Sandbox(folder, containment=_containment(kind)) as box:
         assert box.run("seven.py", env={}, timeout=30).returncode == 7
         assert box.run("segv.py", env={}, timeout=30).returncode == -11
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_that_never_exits_is_stopped_as_soon_as_asked(kind, tmp_path):
+    # the supervisor must be watching (not still waiting on a helper) when the harness says stop
+    folder = _submission(tmp_path, forever="import time\nwhile True:\n    time.sleep(0.01)\n")
+    with Sandbox(folder, containment=_containment(kind)) as box:
+        asked = []
+        result = box.run("forever.py", env={}, timeout=60,
+                         stop_when=lambda: bool(asked) or asked.append(time.monotonic()) and False)
+        stopped_after = time.monotonic() - asked[0]
+    assert result.stopped == "settled"
+    assert stopped_after < sandbox.STOP_GRACE + 3, stopped_after
 
 
 def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
