@@ -227,6 +227,14 @@ def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and "--isolation required" in done.stderr, done.stderr
         assert done.stdout == ""
+    from retrylab import exercise
+    plain_pytest = subprocess.run([sys.executable, "-m", "pytest", str(exercise.get("backoff-dlq").folder),
+                                   "--solution", str(corpus.REFERENCE), "--isolation", "required", "-p", "no:randomly",
+                                   "-p", "no:cacheprovider", "-q", "--step", "3"],
+                                  capture_output=True, text=True, env=env, timeout=120)
+    assert plain_pytest.returncode == 2, plain_pytest.stdout[-2000:]
+    assert "--isolation required" in plain_pytest.stdout + plain_pytest.stderr
+    assert " passed" not in plain_pytest.stdout
 
 
 def test_partial_isolation_is_said_in_the_report():
