@@ -50,6 +50,15 @@ def pytest_addoption(parser):
                          "LC_ALL, LC_MESSAGES, LANG; else en)")
 
 
+def pytest_sessionstart(session):
+    # before any check: a grader who requires isolation gets one line and status 2, nothing graded
+    if session.config.getoption("--solution") and session.config.getoption("retrylab_isolation") == "required":
+        from retrylab.sandbox import isolation_problem
+        problem = isolation_problem("required")
+        if problem:
+            pytest.exit(f"retrylab: {problem}", returncode=2)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "step(number): the lab step a check module grades")
     config.addinivalue_line("markers", "advanced(id): an advanced check, reported apart from the lab")
@@ -127,10 +136,6 @@ def redis_backend(pytestconfig):
 @pytest.fixture(scope="session")
 def learner(submission, pytestconfig) -> LearnerRunner:
     """Runs the learner's scripts (see LearnerRunner.run), within the current step's time limit."""
-    from retrylab.sandbox import isolation_problem
-    problem = isolation_problem(pytestconfig.getoption("retrylab_isolation"))
-    if problem:
-        pytest.exit(f"retrylab: {problem}", returncode=2)
     return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK])
 
 

@@ -21,6 +21,13 @@ on what the machine allows (`containment()` says what applies here):
 - Without a uid of its own, a pids cgroup (v2, or v1's pids hierarchy) bounds the processes where
   one can be made, and says when the bound was hit; as root without either, the supervisor counts
   them itself. Not root (a learner's own machine): RLIMIT_NPROC above the tasks the user runs.
+- Namespaces (`Containment.namespaces`): each script has its own mount, network, IPC, PID and UTS
+  namespaces, through bubblewrap where it is installed, else unshare(2) directly (supervisor.py
+  carries out the same mount plan either way, `_mount_plan`). It sees the system read-only, what
+  Python needs, its run's folder at the same path, private /tmp, /var/tmp, /run/lock, /dev/shm, a
+  fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
+  (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
+  is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
 - Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
   named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
@@ -65,7 +72,7 @@ RUN_ID_VARIABLE = "RETRYLAB_RUN_ID"     # in every learner process's environment
 RUN_TAG_VARIABLE = "RETRYLAB_RUN_TAG"   # in the harness's environment: a prefix for run ids (tests)
 STOP_GRACE = 0.5                        # seconds between SIGTERM and SIGKILL when a run is stopped
 _UID_RANGE = (2_000_000_000, 2_100_000_000)  # uids for learner processes: one per run, never a real user
-_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")   # writable by anyone: cleared of a run's uid's files after it
+_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # writable by anyone: cleared of a run's uid's files after it
 
 
 class SandboxError(RuntimeError):
@@ -496,9 +503,12 @@ class Sandbox:
 
     def __exit__(self, *exc) -> None:
         _remove_tree(self.root)
-        if self.uid is not None:  # what the run's own uid left in the shared scratch folders goes too
+        if self.uid is not None and not self.containment.isolated:
+            # without namespaces of its own, what the run's uid left in the shared scratch folders
+            # and SysV IPC goes too (in its own namespaces all of that ended with the run)
             for folder in _SCRATCH:
                 _remove_owned(folder, self.uid)
+            _remove_ipc_of(self.uid)
 
     @property
     def isolated(self) -> bool:
@@ -807,6 +817,26 @@ def _remove_owned(folder: str, uid: int) -> None:
                 os.unlink(entry.path)
         except OSError:
             continue
+
+
+def _remove_ipc_of(uid: int) -> None:
+    """Remove the SysV message queues, shared memory segments and semaphore sets `uid` owns."""
+    import ctypes
+    libc = None
+    for table, remove in (("msg", "msgctl"), ("shm", "shmctl"), ("sem", "semctl")):
+        try:
+            with open(f"/proc/sysvipc/{table}") as f:
+                header, *rows = [line.split() for line in f if line.strip()]
+        except (OSError, ValueError):
+            continue
+        ident, owner = header.index(f"{table}id" if table != "msg" else "msqid"), header.index("uid")
+        for row in rows:
+            if row[owner] == str(uid):
+                libc = libc or ctypes.CDLL(None, use_errno=True)
+                if table == "sem":
+                    libc.semctl(int(row[ident]), 0, 0)  # IPC_RMID
+                else:
+                    getattr(libc, remove)(int(row[ident]), 0, None)
 
 
 def _drain(stream, buffer: CappedBuffer) -> threading.Thread:

@@ -18,10 +18,10 @@ Namespaces (config["namespaces"]): the script sees only the filesystem the harne
 lists (config["mounts"], see retrylab.sandbox), a fresh /proc, private scratch tmpfs, and a network
 namespace with no route out (its broker is a unix socket in the run's folder).
 - "bwrap": the forked child, after rlimits and dropping to the run's uid, execs bubblewrap, which
-  makes an unprivileged user namespace and the rest, then execs the interpreter. Bind sources are
-  opened (O_PATH) while still root and handed over as --ro-bind-fd, so directories the run's uid
-  cannot enter (a pyenv under /root) need no exception. bubblewrap reports a death by signal N as
-  exit status 128+N; the supervisor reads it back as that signal.
+  makes an unprivileged user namespace and the rest, then execs the interpreter. Directories the
+  run's uid cannot enter on the way to a bind source (a pyenv under /root) are exposed first, as
+  without namespaces (`_expose`). bubblewrap reports a death by signal N as exit status 128+N; the
+  supervisor reads it back as that signal (a script's own `exit(128+N)` reads as that signal too).
 - "unshare": the forked child unshares the namespaces itself (as root; else in a new user
   namespace mapping its own uid), forks an init (PID 1 of the new PID namespace) and exits, so the
   init becomes the supervisor's child. The init builds the new root, pivots into it, drops
@@ -322,6 +322,7 @@ def _init(config: dict, handles: dict[str, int], error_pipe: int) -> None:
     """PID 1 of the run's PID namespace: build its root, run the script, reap orphans, and pass
     the script's wait status to the supervisor. Never returns."""
     try:
+        os.close(config["init_pid_fd"])  # the supervisor waits for its EOF before it watches the run
         _c().sethostname(b"retrylab", 8)
         _build_root(config["mounts"], handles)
         for which, soft, hard in config["rlimits"]:
@@ -526,9 +527,10 @@ class _Supervisor:
             elif os.WIFEXITED(self.status):  # the init died before it could tell
                 self.status = signal.SIGKILL
             return ""
-        if b"child-pid" not in raw:
-            code = os.WEXITSTATUS(self.status) if os.WIFEXITED(self.status) else -1
-            return f"bubblewrap could not set up the sandbox (exit status {code})"
+        if b"child-pid" not in raw:  # it never started the script: by its own failure, or stopped first
+            if os.WIFEXITED(self.status):
+                return f"bubblewrap could not set up the sandbox (exit status {os.WEXITSTATUS(self.status)})"
+            return ""
         if os.WIFEXITED(self.status) and 128 < os.WEXITSTATUS(self.status) < 128 + 65:
             self.status = os.WEXITSTATUS(self.status) - 128  # 128+N: the script died of signal N
         return ""

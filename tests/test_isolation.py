@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -175,6 +176,49 @@ def test_exit_status_and_death_by_signal_are_the_scripts(kind, tmp_path):
         assert box.run("segv.py", env={}, timeout=30).returncode == -11
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_that_never_exits_is_stopped_as_soon_as_asked(kind, tmp_path):
+    # the supervisor must be watching (not still waiting on a helper) when the harness says stop
+    folder = _submission(tmp_path, forever="import time\nwhile True:\n    time.sleep(0.01)\n")
+    with Sandbox(folder, containment=_containment(kind)) as box:
+        asked = []
+        result = box.run("forever.py", env={}, timeout=60,
+                         stop_when=lambda: bool(asked) or asked.append(time.monotonic()) and False)
+        stopped_after = time.monotonic() - asked[0]
+    assert result.stopped == "settled"
+    assert stopped_after < sandbox.STOP_GRACE + 3, stopped_after
+
+
+@pytest.mark.skipif(not DETECTED.unprivileged_uid, reason="needs root: a uid per run")
+def test_without_namespaces_what_a_run_leaves_in_ipc_and_run_lock_goes_with_it(tmp_path):
+    name = f"retrylab-left-{uuid.uuid4().hex}"
+    folder = _submission(tmp_path, leave=f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        made = [libc.msgget(0, 0o1666), libc.shmget(0, ctypes.c_size_t(4096), 0o1666), libc.semget(0, 1, 0o1666)]
+        with open("/run/lock/{name}", "w") as f:
+            f.write("x")
+        print(made)
+    """)
+    plain = dataclasses.replace(DETECTED, namespaces="", bwrap="")
+    with Sandbox(folder, containment=plain) as box:
+        result = box.run("leave.py", env={}, timeout=30)
+        uid = box.uid
+        assert result.returncode == 0, result.stderr
+        assert all(i >= 0 for i in json.loads(result.stdout)), result.stdout
+        assert _ipc_of(uid) and os.path.exists(f"/run/lock/{name}")
+    assert _ipc_of(uid) == [] and not os.path.exists(f"/run/lock/{name}")
+
+
+def _ipc_of(uid: int) -> list[str]:
+    found = []
+    for table in ("msg", "shm", "sem"):
+        with open(f"/proc/sysvipc/{table}") as f:
+            header, *rows = [line.split() for line in f if line.strip()]
+        found += [f"{table} {row[1]}" for row in rows if row[header.index("uid")] == str(uid)]
+    return found
+
+
 def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
     env = {**os.environ, sandbox.NAMESPACES_VARIABLE: "none"}
     for command in (["check", str(corpus.REFERENCE)], ["grade-batch", str(tmp_path), "--out", str(tmp_path / "g.csv")]):
@@ -183,6 +227,14 @@ def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and "--isolation required" in done.stderr, done.stderr
         assert done.stdout == ""
+    from retrylab import exercise
+    plain_pytest = subprocess.run([sys.executable, "-m", "pytest", str(exercise.get("backoff-dlq").folder),
+                                   "--solution", str(corpus.REFERENCE), "--isolation", "required", "-p", "no:randomly",
+                                   "-p", "no:cacheprovider", "-q", "--step", "3"],
+                                  capture_output=True, text=True, env=env, timeout=120)
+    assert plain_pytest.returncode == 2, plain_pytest.stdout[-2000:]
+    assert "--isolation required" in plain_pytest.stdout + plain_pytest.stderr
+    assert " passed" not in plain_pytest.stdout
 
 
 def test_partial_isolation_is_said_in_the_report():

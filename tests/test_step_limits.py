@@ -18,21 +18,21 @@ import pytest
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.limits import StepClock, StepTimeLimit
-from retrylab.sandbox import Sandbox
+from retrylab.sandbox import RUN_ID_VARIABLE, Sandbox, find_processes
 
 # Learner scripts that never finish; each first prints its pid (the sandbox may run it as another
 # user, so it cannot write to the test's files). TICK changes Redis every second (a blocking pop
 # waits in real time), so no "quiet for a while" stop condition ends it before the step's limit
 # does, at almost no CPU; BUSY only burns CPU.
 TICK = """import os, redis
-print("learner-pid=%d" % os.getpid(), flush=True)
+print("learner-pid=%d run=%s" % (os.getpid(), os.environ["RETRYLAB_RUN_ID"]), flush=True)
 r = redis.Redis()
 while True:
     r.rpush("tick", 1)
     r.blpop("nothing-comes", timeout=1)
 """
 BUSY = """import os
-print("learner-pid=%d" % os.getpid(), flush=True)
+print("learner-pid=%d run=%s" % (os.getpid(), os.environ["RETRYLAB_RUN_ID"]), flush=True)
 while True:
     pass
 """
@@ -46,11 +46,11 @@ def _submission(tmp_path: Path, script: str, code: str) -> Path:
 
 
 def _assert_gone(output: str) -> None:
-    pids = {int(p) for p in re.findall(r"learner-pid=(\d+)", output)}
-    assert pids, "the script did not start"
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    # by its run's id in the environment: in a PID namespace of its own the pid it prints is not the host's
+    runs = set(re.findall(r"learner-pid=\d+ run=(\S+)", output))
+    assert runs, "the script did not start"
+    for run in runs:
+        assert find_processes(f"{RUN_ID_VARIABLE}={run}") == [], f"a process of run {run} is still running"
 
 
 def _outputs(report) -> str:
