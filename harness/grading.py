@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
+import re
 import time
 from pathlib import Path
 
@@ -128,11 +130,46 @@ def _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lan
     stopped = collector.interrupted or bool(collector.stopped_by)
     results = tuple(_step_result(s, collector.by_check.get(s.number, []), exercise, stopped) for s in wanted) + tuple(
         _step_result(a, collector.by_check.get(a.slug, []), exercise, stopped) for a in advanced)
+    results = quote_once(results)
     return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
                   submission=str(submission),
                   backend=backend, harness_version=__version__, results=results,
                   seconds=time.monotonic() - started, harness_error=harness_error, lang=lang,
                   interrupted=collector.interrupted)
+
+
+# A quoted block in a message: consecutive lines indented by four spaces (verdict.indent), e.g. the
+# end of a crashed script's stderr.
+_QUOTED_BLOCK = re.compile(r"(?:^    .*(?:\n|$))+", re.MULTILINE)
+QUOTE_ONCE_MIN = 120   # characters: a shorter quote costs less to repeat than to refer to
+# Where a learner run's copy of the submission was (sandbox.Sandbox): a traceback names its files
+# there. Each run has its own copy, so the path says nothing to the learner and differs between runs.
+_RUN_COPY = re.compile(r"/[^\s\"']*?/retrylab-run-[^/\s\"']+/submission/")
+
+
+def quote_once(results: tuple[StepResult, ...]) -> tuple[StepResult, ...]:
+    """The results with each long quoted block shown once: a later step that quotes the same text
+    (several steps read one run of the worker, and each says how it ended) refers to the first. A
+    crashing worker's traceback would otherwise fill the report six times. Paths into a run's temporary
+    copy of the submission are written relative to the submission (`File "worker.py", line 21`)."""
+    first_seen: dict[str, str] = {}
+    out = []
+    for result in results:
+        where = (i18n.label("report.step", number=result.number) if result.number is not None else result.name)
+
+        def refer(match: re.Match) -> str:
+            block = match.group().rstrip("\n")
+            if len(block) < QUOTE_ONCE_MIN:
+                return match.group()
+            if block not in first_seen:
+                first_seen[block] = where
+                return match.group()
+            ending = "\n" if match.group().endswith("\n") else ""
+            return "    " + i18n.label("grading.quoted_above", where=first_seen[block]) + ending
+
+        message = _QUOTED_BLOCK.sub(refer, _RUN_COPY.sub("", result.message)) if result.message else result.message
+        out.append(result if message == result.message else dataclasses.replace(result, message=message))
+    return tuple(out)
 
 
 def _exit_reason(output: str) -> str:
