@@ -117,3 +117,15 @@ def test_exit_zero_is_as_the_readme_says(tmp_path):
     assert "bad arguments still exit 2" in " ".join(README.read_text().split())
     assert retrylab("check", str(tmp_path), "--step", "3", "--exit-zero").returncode == 0   # a failed step
     assert retrylab("check", str(tmp_path / "nowhere"), "--exit-zero").returncode == 2       # bad arguments
+
+
+def test_an_interrupted_grading_is_an_error_in_exercism_even_after_some_steps_ran():
+    from retrylab.reporters import exercism
+    from retrylab.results import Report, StepResult
+    steps = (StepResult(name="worker", title="w", status="fail", number=1, message="m"),
+             StepResult(name="requeue", title="r", status="error", number=2, message="not graded"))
+    report = Report(exercise_id="backoff-dlq", exercise_title="t", submission="/s", backend="fake",
+                    harness_version="0", results=steps, harness_error="interrupted: stopped", interrupted=True)
+    data = exercism.to_dict(report)
+    assert data["status"] == "error" and data["message"] == "interrupted: stopped"
+    assert report.exit_status() == 130 and report.exit_status(strict=True) == 130
