@@ -5,6 +5,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 
 from retrylab import __version__, i18n
 from retrylab import exercise as exercises
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand's own usage, not the top level's: `check mine --frobnicate`
         subcommands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    in_main_thread = threading.current_thread() is threading.main_thread()   # else signals are not ours
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
         return modules[args.command].run(args)
     except (UsageError, BackendUnavailable, exercises.UnknownExercise) as exc:
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
