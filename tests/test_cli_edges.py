@@ -50,6 +50,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _default_sigint():
+    # a shell starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt:
+    # the grading must be started as a terminal would start it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def private_tmp():
     """A TMPDIR of the test's own (the machine's /tmp is shared): the grading's temporary copies go
@@ -65,7 +71,7 @@ def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backe
     env = dict(os.environ, TMPDIR=str(private_tmp))
     proc = subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--backend", backend,
                              "--format", "exercism"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, restore_signals=True)
+                            env=env, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 60
     while not list(private_tmp.glob("retrylab-run-*")):   # mid-grading: a learner's script is running
         assert proc.poll() is None and time.monotonic() < deadline, "the grading ended before it could be interrupted"
