@@ -12,9 +12,16 @@ ignored. A re-run skips submissions whose content and configuration (harness ver
 backend, step limit) are unchanged and whose row is a grade (pass/fail); errors are graded again.
 At the end the journal is compacted (written to a temporary file, then renamed over it).
 
-The gradings, the reasons of error rows and the summary are in the batch's language (`lang`, as
-`retrylab check --lang`); a row reused from the journal holds no text of its own (only pass/fail
-rows are reused, and their reason is empty), so the language is not part of the configuration.
+The gradings, the reasons of error rows, the feedback and the summary are in the batch's language
+(`lang`, as `retrylab check --lang`); a row reused from the journal holds the feedback of its grading,
+so the language is part of the configuration.
+
+The feedback: a course author should not have to grade again to see why a step failed. The JSON
+gradebook has, per submission, `feedback`: each step that did not pass (its column) and its whole
+message; the CSV has a `feedback` column with the first line of each such message, cut to fit.
+
+Gradebooks and the journal are written with the user's umask (a gradebook is shared with
+colleagues and tools as any file the user writes would be).
 """
 from __future__ import annotations
 
@@ -39,13 +46,19 @@ from typing import Callable, Iterable
 
 from retrylab import __version__, i18n
 from retrylab import exercise as exercises
+from retrylab.reporters.bounds import neutral
 
 STATE_SUFFIX = ".state.jsonl"
 OVERHEAD = 30.0         # per-submission wall limit beyond its steps' limits: interpreter, backend, pytest
 TERM_GRACE = 5.0        # after SIGTERM, time for a grading to stop its learner processes and Redis
 REASON_LIMIT = 300
+FEEDBACK_LIMIT = 1000   # characters of the CSV's feedback column; the JSON gradebook has the whole messages
+STEP_FEEDBACK_LIMIT = 200   # of one step's first line in that column
+MESSAGE_LIMIT = 20000   # of one step's message in the JSON gradebook (a message can quote learner output)
 # What the grader never sees (the sandbox does not copy it): it does not change a grade.
 _UNSEEN = {"__pycache__", ".git"}
+# Folders that hold tools' or editors' files, never a submission (hidden ones are skipped too).
+_NOT_SUBMISSIONS = {"__pycache__", "node_modules", "venv", "env", "__MACOSX", "site-packages"}
 
 
 @dataclass(frozen=True)
@@ -76,15 +89,24 @@ class BatchConfig:
     def fingerprint(self) -> str:
         """What, besides a submission's content, decides its grade."""
         return json.dumps({"harness": __version__, "exercise": self.exercise_id, "backend": self.backend,
-                           "step_timeout": self.step_timeout}, sort_keys=True)
+                           "step_timeout": self.step_timeout, "lang": self.lang}, sort_keys=True)
 
 
 # -- which submissions ----------------------------------------------------------------------------
 
 def discover(folder: Path) -> list[Submission]:
-    """Every subdirectory of `folder` is a submission (hidden ones excepted), sorted by name."""
+    """Every subdirectory of `folder` is a submission, sorted by name; hidden ones (`.git`, `.venv`)
+    and tools' folders (`__pycache__`, `node_modules`, ...) excepted."""
     return [Submission(p.name, p) for p in sorted(Path(folder).iterdir(), key=lambda p: p.name)
-            if p.is_dir() and not p.name.startswith(".")]
+            if p.is_dir() and not p.name.startswith(".") and p.name not in _NOT_SUBMISSIONS]
+
+
+def submission_files_in(folder: Path, exercise: exercises.Exercise) -> list[str]:
+    """The files of a submission (worker.py, schedule.txt, ...) that lie in `folder` itself: a folder
+    holding them is one submission, not a folder of submissions."""
+    from retrylab.commands.explain import step_files
+    names = {name for step in exercise.steps for name in step_files(exercise, step)}
+    return sorted(name for name in names if (Path(folder) / name).is_file())
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -144,7 +166,7 @@ def step_column(step: exercises.Step) -> str:
 
 def columns(exercise: exercises.Exercise) -> list[str]:
     return (["id", "status", "score"] + [step_column(s) for s in exercise.steps + exercise.advanced]
-            + ["seconds", "harness_version", "backend", "reason"])
+            + ["seconds", "harness_version", "backend", "reason", "feedback"])
 
 
 def row_from_report(submission: Submission, report: dict, seconds: float, config: BatchConfig) -> dict:
@@ -155,9 +177,13 @@ def row_from_report(submission: Submission, report: dict, seconds: float, config
                for r in report.get("results", ())}
     row = _blank_row(submission, seconds, config)
     row["harness_version"] = report.get("harness_version", __version__)
+    feedback = {}
     for step in exercise.steps + exercise.advanced:
         result = results.get(step.number if step.number is not None else step.slug)
         row[step_column(step)] = result["status"] if result else ""
+        if result and result["status"] != "pass" and result.get("message"):
+            feedback[step_column(step)] = _bounded(result["message"], MESSAGE_LIMIT)
+    row["feedback"] = feedback
     lab = [results.get(s.number) for s in exercise.steps]
     ungraded = [(s, r) for s, r in zip(exercise.steps, lab) if r is None or r["status"] == "error"]
     if report.get("harness_error"):
@@ -184,12 +210,26 @@ def error_row(submission: Submission, reason: str, seconds: float, config: Batch
 def _blank_row(submission: Submission, seconds: float, config: BatchConfig) -> dict:
     row = dict.fromkeys(columns(config.exercise), "")
     row.update(id=submission.id, score=None, seconds=round(seconds, 2), harness_version=__version__,
-               backend=config.backend)
+               backend=config.backend, feedback={})
     return row
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:REASON_LIMIT]
+def _one_line(text: str, limit: int = REASON_LIMIT) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def feedback_cell(feedback: dict) -> str:
+    """The CSV's cut version of a row's feedback: `column: first line` per step, `|` between steps."""
+    if not isinstance(feedback, dict):
+        return ""
+    # a cell is read in a spreadsheet or a terminal: learner control characters shown escaped
+    parts = [f"{column}: {_one_line(neutral(message).strip().splitlines()[0] if message.strip() else '', STEP_FEEDBACK_LIMIT)}"
+             for column, message in feedback.items()]
+    return _bounded(" | ".join(parts), FEEDBACK_LIMIT)
 
 
 def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
@@ -203,15 +243,23 @@ def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
         writer = csv.DictWriter(buffer, fieldnames=columns(config.exercise), lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+            cells = {k: ("" if v is None else v) for k, v in row.items() if k in writer.fieldnames}
+            cells["feedback"] = feedback_cell(row.get("feedback"))
+            writer.writerow(cells)
         text = buffer.getvalue()
     _write_atomically(out, text)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())   # mkstemp's 0600 is for the temporary name, not for the file
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -255,8 +303,7 @@ class BatchState:
         record = {"id": submission.id, "hash": digest, "config": config.fingerprint(), "row": row}
         self.records[submission.id] = record
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)   # less the umask
         try:
             os.write(fd, line)  # one write of one line: a crash leaves whole lines and maybe one torn one
             os.fsync(fd)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,6 +25,15 @@ class _Collector:
     def __init__(self):
         self.by_check: dict[int | str, list] = {}
         self.harness_errors: list[str] = []
+        self.interrupted = False      # Ctrl-C or SIGTERM: the steps not reached are not graded
+        self.stopped_by = ""          # why the harness stopped the session (pytest.exit), the whole reason
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        # pytest calls this for Ctrl-C and for pytest.exit() (a backend that could not start, say)
+        if isinstance(excinfo.value, pytest.exit.Exception):
+            self.stopped_by = str(excinfo.value.msg).removeprefix("retrylab:").strip()
+        else:
+            self.interrupted = True
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -53,8 +64,11 @@ def _properties(reports: list, key: str) -> list:
     return [value for properties in last.values() for k, value in properties if k == key]
 
 
-def _step_result(step: exercises.Step, reports: list, exercise: exercises.Exercise | None = None) -> StepResult:
-    """The step's result, its title and labels in the current language (i18n.use)."""
+def _step_result(step: exercises.Step, reports: list, exercise: exercises.Exercise | None = None,
+                 stopped: bool = False) -> StepResult:
+    """The step's result, its title and labels in the current language (i18n.use). `stopped`: the
+    grading ended early (interrupted, or the harness could not go on), so a step without a check run
+    was not reached, which is no harness defect."""
     name = step.slug if step.number is not None else f"advanced:{step.slug}"
     located = _properties(reports, LOCATION_KEY)
     location = located[-1] if located else ((step.file, None) if step.file else None)
@@ -62,12 +76,14 @@ def _step_result(step: exercises.Step, reports: list, exercise: exercises.Exerci
     hint = i18n.step_text(exercise, step, "hint") if exercise else step.hint
     base = dict(name=name, title=title, number=step.number, weight=step.weight, location=location)
     if not reports:
-        return StepResult(status="error", message=i18n.label("grading.no_check_ran"), **base)
+        return StepResult(status="error", message=i18n.label("grading.not_reached" if stopped else "grading.no_check_ran"),
+                          **base)
     seconds = sum(r.duration for r in reports)
     output = "\n".join(_properties(reports, OUTPUT_KEY))
     failed = [r for r in reports if r.failed]
     if not any(r.when == "call" for r in reports) and not failed:
-        return StepResult(status="error", message=i18n.label("grading.did_not_run"), **base)
+        return StepResult(status="error", message=i18n.label("grading.not_reached" if stopped else "grading.did_not_run"),
+                          **base)
     if not failed:
         return StepResult(status="pass", output=output, seconds=seconds, **base)
     verdicts = [r for r in failed if VERDICT in r.user_properties]
@@ -105,20 +121,60 @@ def _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lan
     with _no_plugin_autoload(), contextlib.redirect_stdout(captured):
         exit_code = pytest.main(args, plugins=[collector])
     harness_error = "; ".join(collector.harness_errors)
-    if exit_code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, 2) and not harness_error:
+    if collector.interrupted:
+        harness_error = i18n.label("grading.interrupted")   # not pytest's summary ("1 warning in 0.9s")
+    elif collector.stopped_by:
+        harness_error = collector.stopped_by                 # the whole reason, not a terminal-wide cut
+    elif exit_code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, 2) and not harness_error:
         harness_error = _first_line(captured.getvalue()) if exit_code != 2 else _exit_reason(captured.getvalue())
-    results = tuple(_step_result(s, collector.by_check.get(s.number, []), exercise) for s in wanted) + tuple(
-        _step_result(a, collector.by_check.get(a.slug, []), exercise) for a in advanced)
+    stopped = collector.interrupted or bool(collector.stopped_by)
+    results = tuple(_step_result(s, collector.by_check.get(s.number, []), exercise, stopped) for s in wanted) + tuple(
+        _step_result(a, collector.by_check.get(a.slug, []), exercise, stopped) for a in advanced)
+    results = quote_once(results)
     return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
                   submission=str(submission),
                   backend=backend, harness_version=__version__, results=results,
                   seconds=time.monotonic() - started, harness_error=harness_error, lang=lang,
-                  notes=_isolation_notes())
+                  notes=_isolation_notes(), interrupted=collector.interrupted)
 
 
 def _isolation_notes() -> tuple[str, ...]:
     from retrylab import sandbox  # measured already: the checks ran learner code
     return () if sandbox.containment().isolated else (i18n.label("report.isolation_partial"),)
+
+
+# A quoted block in a message: consecutive lines indented by four spaces (verdict.indent), e.g. the
+# end of a crashed script's stderr.
+_QUOTED_BLOCK = re.compile(r"(?:^    .*(?:\n|$))+", re.MULTILINE)
+QUOTE_ONCE_MIN = 120   # characters: a shorter quote costs less to repeat than to refer to
+# Where a learner run's copy of the submission was (sandbox.Sandbox): a traceback names its files
+# there. Each run has its own copy, so the path says nothing to the learner and differs between runs.
+_RUN_COPY = re.compile(r"/[^\s\"']*?/retrylab-run-[^/\s\"']+/submission/")
+
+
+def quote_once(results: tuple[StepResult, ...]) -> tuple[StepResult, ...]:
+    """The results with each long quoted block shown once: a later step that quotes the same text
+    (several steps read one run of the worker, and each says how it ended) refers to the first. A
+    crashing worker's traceback would otherwise fill the report six times. Paths into a run's temporary
+    copy of the submission are written relative to the submission (`File "worker.py", line 21`)."""
+    first_seen: dict[str, str] = {}
+    out = []
+    for result in results:
+        where = (i18n.label("report.step", number=result.number) if result.number is not None else result.name)
+
+        def refer(match: re.Match) -> str:
+            block = match.group().rstrip("\n")
+            if len(block) < QUOTE_ONCE_MIN:
+                return match.group()
+            if block not in first_seen:
+                first_seen[block] = where
+                return match.group()
+            ending = "\n" if match.group().endswith("\n") else ""
+            return "    " + i18n.label("grading.quoted_above", where=first_seen[block]) + ending
+
+        message = _QUOTED_BLOCK.sub(refer, _RUN_COPY.sub("", result.message)) if result.message else result.message
+        out.append(result if message == result.message else dataclasses.replace(result, message=message))
+    return tuple(out)
 
 
 def _exit_reason(output: str) -> str:

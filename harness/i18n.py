@@ -246,6 +246,15 @@ def _trim(run: str) -> tuple[str, str, str]:
     return lead, run, tail
 
 
+def _edges_would_split(value: str) -> bool:
+    """True for a substituted Latin value whose first or last character a run's trimming would leave
+    to the sentence: `../x`, `.hidden/w.py`, `(x`. A value is one thing, so it is isolated whole."""
+    if "\n" in value or not _ALNUM.search(value):
+        return False
+    lead, _, tail = _trim(value)
+    return bool(lead or tail)
+
+
 def has_rtl(text: str) -> bool:
     return any(unicodedata.bidirectional(c) in ("R", "AL") for c in text if ord(c) > 0x58F)
 
@@ -408,7 +417,7 @@ def render(template: str, lang: str, params: Mapping) -> str:
         if conversion:
             value = {"r": repr, "s": str, "a": ascii}[conversion](value)
         text = balance(format(value, spec) if spec else str(value))
-        out.append(isolate(text) if has_rtl(text) else text)
+        out.append(isolate(text) if has_rtl(text) or _edges_would_split(text) else text)
     return isolate_latin_runs("".join(out))
 
 

@@ -181,6 +181,19 @@ def _step_limit(item, alarm_grace: float = 0.0):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    try:
+        return (yield)
+    except KeyboardInterrupt as exc:
+        # pytest runs a fixture's finalizers only if its setup ended in a value or an Exception; one cut
+        # by Ctrl-C (or SIGTERM, which the CLI turns into it) would leave what it started running: a
+        # learner run beside it, a temporary copy. Recorded as failed, it is torn down with the session.
+        if fixturedef.cached_result is None:
+            fixturedef.cached_result = (None, fixturedef.cache_key(request), (exc, exc.__traceback__))
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     with _step_limit(item, alarm_grace=SETUP_ALARM_GRACE):
         return (yield)

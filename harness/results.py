@@ -39,6 +39,9 @@ class Report:
     harness_error: str = ""   # one line: why the harness could not grade (exit status 2)
     notes: tuple[str, ...] = field(default_factory=tuple)
     lang: str = "en"          # the language of titles and messages (and of the text report's labels)
+    # Ctrl-C or SIGTERM stopped the grading: the steps it reached keep their result, the others are
+    # "error" (not graded), harness_error says "interrupted", and the exit status is 130
+    interrupted: bool = False
 
     @property
     def lab_results(self) -> tuple[StepResult, ...]:
@@ -53,6 +56,8 @@ class Report:
         return all(r.passed for r in self.lab_results)
 
     def exit_status(self, strict: bool = False) -> int:
+        if self.interrupted:
+            return 130   # as a shell reports a command ended by SIGINT
         if self.harness_error or any(r.status == "error" for r in self.results):
             return 2
         checked = self.results if strict else self.lab_results

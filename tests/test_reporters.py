@@ -23,6 +23,7 @@ from retrylab import exercise as exercises
 from retrylab.checks.backoff_dlq.artifacts import parse_capped, parse_jitter, parse_schedule
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.reporters import FORMATS, bounds, exercism, github, gradescope, junit
+from retrylab.reporters.bounds import neutral
 from retrylab.results import Report, StepResult
 
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -384,7 +385,8 @@ def test_annotation_messages_are_one_line_and_read_back_exactly():
     rendered = github.render(UNICODE, "/ws/sub")
     assert rendered.count("\n") == 2 and "\r" not in rendered
     first, second = parse_commands(rendered)
-    assert first[2] == UNICODE.results[0].message.replace("\udcff", "\\udcff")
+    # read back as shown: learner control characters escaped as in the text report
+    assert first[2] == neutral(UNICODE.results[0].message).replace("\udcff", "\\udcff")
     assert second[2] == INJECTION and second[1]["file"] == "/ws/sub/requeue.out"
 
 

@@ -1,4 +1,10 @@
-"""Step 8: replay.py moves the DLQ entry back to q:tasks with attempts 0, once, and exits."""
+"""Step 8: replay.py moves the DLQ entry back to q:tasks with attempts 0, once, and exits; and the
+learner's own worker, run on what replay.py pushed, hands process the original message.
+
+The last part checks replay end to end: an envelope with a `payload` is a legitimate form, but a
+worker that reads flat messages would "process" the whole DLQ record and never retry the original.
+When the learner's worker did not process messages in the lab steps' run (missing, crashing, never
+calling process), it cannot judge the replay: the form alone is checked then, and the step says so."""
 import json
 
 import pytest
@@ -10,6 +16,9 @@ from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(8)
 QUIET_LIMIT = 3.0   # a replay still running this long after everything went quiet is a loop
+WORKER_TIMEOUT = 5.0   # the learner's worker run on the replayed message, at most
+WORKER_DONE = 0.5      # quiet this long after calling process (not with the original): done with it
+WORKER_IDLE = 2.5      # quiet this long without calling process at all: it will not take the message
 
 
 def _dlq_entry(worker_run) -> tuple[bytes, str]:
@@ -23,8 +32,46 @@ def _dlq_entry(worker_run) -> tuple[bytes, str]:
     return entry.encode(), tr("step8.seeded_entry", entry=shorten(entry, 200))
 
 
+def _worker_unusable(worker_run) -> str:
+    """Why the learner's worker cannot judge the replayed message ("" when it can): it did not
+    process any message successfully in the lab steps' run."""
+    run = worker_run.run
+    if run.result is None:
+        return tr("step8.worker_missing")
+    if not any(call.outcome == "ok" for call in run.calls):
+        return tr("step8.worker_unusable", how=observe.how_it_ran(run))
+    return ""
+
+
+def _original_reached_process(bad):
+    def stop(progress) -> bool:
+        calls = progress.calls()
+        if any(not observe.call_fields_problem(call.arg, bad) for call in calls):
+            return True
+        return progress.quiet_for() >= (WORKER_DONE if calls else WORKER_IDLE)
+    return stop
+
+
+def _check_with_the_learners_worker(worker_run, learner, redis_backend, replayed: bytes, prefix: str) -> None:
+    """Run the learner's worker on the replayed message alone: process must receive the original."""
+    bad = worker_run.bad
+    with redis_backend.private() as endpoint, endpoint.client() as client:
+        client.rpush(messages.QUEUE, replayed)
+        run = learner.run("worker.py", endpoint, timeout=WORKER_TIMEOUT, stop_when=_original_reached_process(bad))
+    if any(not observe.call_fields_problem(call.arg, bad) for call in run.calls):
+        return
+    if not run.calls:
+        fail(prefix + tr("step8.worker_no_call", queue=messages.QUEUE, how=observe.how_it_ran(run)))
+    first = run.calls[0]
+    fail(prefix + tr("step8.worker_wrong_message", queue=messages.QUEUE,
+                     problem=observe.call_fields_problem(first.arg, bad)))
+
+
 def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_backend, step, request):
     raw, note = _dlq_entry(worker_run)
+    unusable = _worker_unusable(worker_run)
+    if unusable:   # today's check of the form alone, and the step says so
+        note = "\n".join(filter(None, (note, tr("step8.form_only", why=unusable))))
     prefix = f"{note}\n" if note else ""
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.DLQ, raw)
@@ -59,3 +106,5 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     holder = value if "attempts" in value else (original_fields(value) or {})
     if "attempts" in holder and attempts_of(holder) != 0:
         fail(prefix + tr("step8.attempts", attempts=shorten(json.dumps(holder["attempts"]))))
+    if not unusable:
+        _check_with_the_learners_worker(worker_run, learner, redis_backend, queue[0], prefix)

@@ -11,6 +11,7 @@ from retrylab import i18n
 from retrylab.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
 from retrylab.reporters import FORMATS, github
+from retrylab.reporters.bounds import neutral
 
 
 def register(subparsers) -> None:
@@ -31,7 +32,9 @@ def register(subparsers) -> None:
                              "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
     check.add_argument("--format", default="text", choices=sorted(FORMATS))
     check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
-    check.add_argument("--exit-zero", action="store_true", help="exit 0 whatever the verdict")
+    check.add_argument("--exit-zero", action="store_true",
+                       help="exit 0 whatever the grading found (failed steps, a harness error while grading);"
+                            " bad arguments still exit 2 and an interruption 130")
     check.add_argument("--strict", action="store_true", help="advanced checks count toward the exit status too")
     add_lang_argument(check)
 
@@ -46,6 +49,8 @@ def add_lang_argument(parser) -> None:
 def validate(args) -> None:
     if not args.directory.is_dir():
         raise UsageError(f"{args.directory} is not a directory")
+    if args.output is not None:
+        check_output_path(args.output, "--output")
     if args.step_timeout is not None and not args.step_timeout > 0:
         raise UsageError(f"--step-timeout {args.step_timeout:g}: give a positive number of seconds")
     exercise = exercises.get(args.exercise)
@@ -65,6 +70,30 @@ def require_isolation(isolation: str) -> None:
         raise UsageError(problem)
 
 
+def check_output_path(path: Path, option: str) -> None:
+    """A report file can be written at `path`: said before grading, in one line, not as a traceback
+    after it (CI reads a traceback's exit status 1 as "a lab step failed")."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a directory: name a file")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option} {path}: the directory {path.parent} does not exist")
+
+
+def write_report(rendered: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(rendered)
+        return
+    try:
+        output.write_text(rendered, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--output {output}: {exc.strerror or exc}") from None
+
+
+def _nothing_graded(report) -> bool:
+    """The harness stopped before judging any step (e.g. a backend that could not start)."""
+    return bool(report.harness_error) and not report.interrupted and all(r.status == "error" for r in report.results)
+
+
 def run(args) -> int:
     from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
     validate(args)
@@ -75,12 +104,14 @@ def run(args) -> int:
         # report. Written first, so that they are in before any text the report quotes.
         sys.stderr.write(github.render(report, str(Path(report.submission).resolve())))
         sys.stderr.flush()
-    rendered = FORMATS[args.format](report)
-    if args.output:
-        args.output.write_text(rendered, encoding="utf-8")
-    else:
-        sys.stdout.write(rendered)
+    # The machine formats are always written (a runner reads its file); a text report of steps none
+    # of which was judged would only repeat the one line below, so the line is all there is then.
+    if args.format != "text" or args.output or not _nothing_graded(report):
+        write_report(FORMATS[args.format](report), args.output)
     status = report.exit_status(strict=args.strict)
-    if status == 2:
-        print(f"retrylab: {report.harness_error or 'the harness failed on a step (see the report)'}", file=sys.stderr)
+    if status in (2, 130):
+        reason = report.harness_error or "the harness failed on a step (see the report)"
+        print(f"retrylab: {neutral(' '.join(reason.split()))}", file=sys.stderr)
+    if status == 130:
+        return status   # an interruption is not a verdict: --exit-zero does not hide it
     return 0 if args.exit_zero else status

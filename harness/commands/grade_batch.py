@@ -9,7 +9,7 @@ from retrylab import exercise as exercises
 from retrylab import i18n
 from retrylab.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument, require_isolation
+from retrylab.commands.check import add_lang_argument, check_output_path, require_isolation
 
 # Each grading needs a Redis of its own: `url` names one shared server, so it is not offered here.
 PRIVATE_BACKENDS = sorted(name for name in BACKENDS if name != "url")
@@ -19,7 +19,8 @@ FORMATS = (".csv", ".json")
 def register(subparsers) -> None:
     batch = subparsers.add_parser(
         "grade-batch", help="grade every submission in a directory into a gradebook (CSV or JSON)",
-        description="Every subdirectory of DIR is one submission, graded in its own process with its own "
+        description="Every subdirectory of DIR (hidden and tool folders such as __pycache__ excepted) is one"
+                    " submission, graded in its own process with its own "
                     "private Redis. Re-running skips submissions that are unchanged since they were graded "
                     "(a state file sits next to the gradebook), so an interrupted batch resumes. Exit status: "
                     "0 the batch completed (whatever the grades), 2 bad arguments, 130 interrupted.")
@@ -49,8 +50,7 @@ def validate(args):
         raise UsageError(f"{args.directory} is not a directory")
     if args.out.suffix.lower() not in FORMATS:
         raise UsageError(f"--out {args.out}: the gradebook is written as .csv or .json")
-    if args.out.is_dir():
-        raise UsageError(f"--out {args.out} is a directory")
+    check_output_path(args.out, "--out")   # a missing directory is refused, never created
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     for name in ("timeout", "step_timeout"):
@@ -61,7 +61,15 @@ def validate(args):
         shard = batch.parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    exercises.get(args.exercise)
+    exercise = exercises.get(args.exercise)
+    own_files = batch.submission_files_in(args.directory, exercise)
+    if own_files:
+        raise UsageError(f"{args.directory} looks like one submission (it holds {', '.join(own_files)}): grade it"
+                         f" with `retrylab check {args.directory}`, or give grade-batch the directory that holds"
+                         " one subdirectory per submission")
+    if not batch.discover(args.directory):
+        raise UsageError(f"no submission in {args.directory}: grade-batch grades each of its subdirectories"
+                         " (hidden and tool folders such as __pycache__ are skipped)")
     make_backend(args.backend).probe()  # one line, exit 2, before anything is graded
     require_isolation(args.isolation)
     return shard

@@ -4,15 +4,21 @@ For a learner iterating on their own machine: save a file, see the verdict. Chan
 (an editor's save is often several writes); the steps that read a changed file are re-checked first
 (schedule.txt -> step 3, worker.py -> 1, 2, 6, 7, replay.py -> 8: each step's `file`/`files` in
 exercise.toml), so their verdict shows at once, then the rest. Each time, the screen is cleared
-(when it is a terminal) and a compact summary is redrawn: N/8 steps pass and the first failing
-step with its message. Ctrl-C (or SIGTERM) stops it cleanly: a grading in progress is interrupted,
-the learner's processes it started are stopped, and it exits with status 0.
+(when it is a terminal) and a compact summary is redrawn: N/8 steps pass, a line for each failing
+step, the first failing step's message (wrapped at spaces to the terminal's width, never inside a
+word or a bidi isolate), and a line for the advanced checks. The rest of the steps are graded with
+the advanced checks in one full grading. Editors' temporary files (sed -i's `sedXXXXXX`, vim's swap
+files and `4913`, emacs' `#x#`, backups `x~`) are not changes. Ctrl-C (or SIGTERM) stops it
+cleanly: a grading in progress is interrupted, the learner's processes it started are stopped, and
+it exits with status 0.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import queue
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -24,10 +30,14 @@ from retrylab import i18n
 from retrylab.commands import UsageError
 from retrylab.commands.check import add_lang_argument
 from retrylab.commands.explain import step_files
+from retrylab.reporters.bounds import neutral
 
 CLEAR = "\x1b[H\x1b[2J"
 SEPARATOR = "-" * 60
 MESSAGE_LINES = 14          # lines of the first failing step's message shown in the summary
+# Editors' and tools' temporary files, beyond those watchfiles' DefaultFilter knows (swap files, x~, .#x)
+EDITOR_TEMPORARIES = (r"^sed[A-Za-z0-9]{6}$", r"^4913$", r"^#.*#$", r"\.(tmp|temp|bak|orig|rej)$",
+                      r"^\.goutputstream-", r"\.kate-swp$", r"^\.~lock\.", r"\.crdownload$")
 
 
 def register(subparsers) -> None:
@@ -58,6 +68,7 @@ class Watcher:
         self.lang = lang
         self.out = out
         self.results: dict[int, object] = {}
+        self.advanced: tuple = ()     # the advanced checks' results of the last full grading
         self.stale: set[int] = set()
         self.changed: list[str] = []
         self.error = ""               # why the last grading could not grade everything, if so
@@ -73,18 +84,21 @@ class Watcher:
         rest = [s.number for s in self.exercise.steps if s.number not in first]
         return first, rest
 
-    def grade(self, numbers: list[int]) -> None:
+    def grade(self, numbers: list[int], *, full: bool = False) -> None:
+        """Grade `numbers`; `full`: every step and the advanced checks (the summary says `numbers`)."""
         if not numbers:
             return
         from retrylab.grading import grade  # imports pytest: keep --help fast
-        self.draw(checking=numbers)
-        report = grade(self.args.directory, backend=self.args.backend, steps=tuple(numbers),
+        self.draw(checking=numbers, advanced=full)
+        report = grade(self.args.directory, backend=self.args.backend, steps=() if full else tuple(numbers),
                        exercise_id=self.exercise.id, lang=self.lang)
-        if self.stopping.is_set():  # pytest turned our KeyboardInterrupt into an "interrupted" report
+        if self.stopping.is_set() or report.interrupted:  # our KeyboardInterrupt, as pytest reported it
             raise _Stop
         for result in report.lab_results:
             self.results[result.number] = result
             self.stale.discard(result.number)
+        if full:
+            self.advanced = report.advanced_results
         self.error = report.harness_error
         self.draw()
 
@@ -93,11 +107,11 @@ class Watcher:
         first, rest = self.order(changed)
         self.stale = set(self.results)
         self.grade(first)
-        self.grade(rest)
+        self.grade(rest, full=True)   # the steps just graded again too: the advanced checks need a full grading
 
     # -- the summary ---------------------------------------------------------------------------
 
-    def summary(self, checking: list[int] | None = None) -> list[str]:
+    def summary(self, checking: list[int] | None = None, advanced: bool = False) -> list[str]:
         lang = self.lang
         lines = [i18n.label("watch.watching", lang, directory=str(self.args.directory))]
         if self.changed:
@@ -108,28 +122,103 @@ class Watcher:
         if known:
             passed = sum(r.passed for r in known)
             lines.append(i18n.label("watch.tally", lang, passed=passed, total=len(steps)))
-            failing = next((r for r in known if not r.passed), None)
-            if failing is None and len(known) == len(steps):
+            failing = [r for r in known if not r.passed]
+            if not failing and len(known) == len(steps):
                 lines.append(i18n.label("watch.all_pass", lang))
-            elif failing is not None:
-                mark = i18n.label(f"report.{failing.status}", lang)
-                label = i18n.label("report.step", lang, number=failing.number)
-                earlier = f" {i18n.label('watch.earlier', lang)}" if failing.number in self.stale else ""
-                lines.append(f"{mark} {label}: {failing.title}{earlier}")
-                message = failing.message.splitlines()
-                lines.extend("    " + line for line in message[:MESSAGE_LINES])
-                if len(message) > MESSAGE_LINES:
-                    lines.append("    ...")
+            for index, result in enumerate(failing):   # every failing step, a line each
+                mark = i18n.label(f"report.{result.status}", lang)
+                label = i18n.label("report.step", lang, number=result.number)
+                earlier = f" {i18n.label('watch.earlier', lang)}" if result.number in self.stale else ""
+                lines.append(f"{mark} {label}: {result.title}{earlier}")
+                if index == 0:   # what to fix next, in full
+                    message = [part for line in neutral(result.message).splitlines()
+                               for part in wrap(line, self.columns() - 4)]
+                    lines.extend("    " + line for line in message[:MESSAGE_LINES])
+                    if len(message) > MESSAGE_LINES:
+                        lines.append("    ...")
+        if self.advanced:
+            names = ", ".join(r.name.removeprefix("advanced:") for r in self.advanced if not r.passed)
+            lines.append(i18n.label("watch.advanced_failing" if names else "watch.advanced", lang,
+                                    passed=sum(r.passed for r in self.advanced), total=len(self.advanced),
+                                    names=names))
         if self.error:
-            lines.append(i18n.label("report.could_not_grade", lang, error=self.error))
+            lines.append(i18n.label("report.could_not_grade", lang, error=neutral(self.error)))
         if checking:
             lines += ["", i18n.label("watch.checking", lang, steps=", ".join(map(str, checking)))]
+            if advanced:
+                lines.append(i18n.label("watch.checking_advanced", lang))
         return [i18n.balance(line) for line in lines]
 
-    def draw(self, checking: list[int] | None = None) -> None:
-        text = "\n".join(self.summary(checking)) + "\n"
+    def columns(self) -> int:
+        return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+    def draw(self, checking: list[int] | None = None, advanced: bool = False) -> None:
+        text = "\n".join(self.summary(checking, advanced)) + "\n"
         self.out.write((CLEAR if self.clear else SEPARATOR + "\n") + text)
         self.out.flush()
+
+
+def _words(line: str) -> list[str]:
+    """`line` cut at its spaces, but none inside a bidi isolate (a Persian line's Latin run)."""
+    words, current, depth = [], "", 0
+    for char in line:
+        if char in (i18n.LRI, i18n.RLI, i18n.FSI):
+            depth += 1
+        elif char == i18n.PDI and depth:
+            depth -= 1
+        if char == " " and depth == 0:
+            words.append(current)
+            current = ""
+        else:
+            current += char
+    words.append(current)
+    return words
+
+
+def _cut_wide(word: str, columns: int) -> list[str]:
+    """A word wider than a line (Chinese has no spaces): cut between characters, never inside an isolate."""
+    if i18n.width(word) <= columns or any(c in i18n.BIDI_CONTROLS for c in word):
+        return [word]
+    pieces, current = [], ""
+    for char in word:
+        if current and i18n.width(current + char) > columns:
+            pieces.append(current)
+            current = ""
+        current += char
+    return pieces + [current]
+
+
+def wrap(line: str, columns: int) -> list[str]:
+    """`line` in lines of at most `columns` terminal columns, broken at spaces (a terminal would
+    break mid-word); a continuation keeps the line's indentation."""
+    if i18n.width(line) <= columns:
+        return [line]
+    indent = line[:len(line) - len(line.lstrip(" "))]
+    room = max(10, columns - len(indent))
+    lines, current = [], ""
+    for word in _words(line.lstrip(" ")):
+        for piece in _cut_wide(word, room):
+            candidate = f"{current} {piece}" if current else piece
+            if current and i18n.width(candidate) > room:
+                lines.append(current)
+                candidate = piece
+            current = candidate
+    lines.append(current)
+    return [indent + part for part in lines]
+
+
+def submission_filter():
+    """watchfiles' default filter (caches, VCS folders, swap files) and editors' other temporaries."""
+    import watchfiles
+
+    class SubmissionFilter(watchfiles.DefaultFilter):
+        ignore_entity_patterns = watchfiles.DefaultFilter.ignore_entity_patterns + EDITOR_TEMPORARIES
+
+    return SubmissionFilter()
+
+
+def is_editor_temporary(name: str) -> bool:
+    return not submission_filter()(None, os.path.join(os.sep, "x", name))
 
 
 class ChangeFeed:
@@ -157,7 +246,8 @@ class ChangeFeed:
             # and the stop event is seen at least that often
             for changes in watchfiles.watch(self.directory, debounce=max(1600, self.debounce_ms * 4),
                                             step=self.debounce_ms, stop_event=self.stop, rust_timeout=100,
-                                            yield_on_timeout=True, raise_interrupt=False):
+                                            yield_on_timeout=True, raise_interrupt=False,
+                                            watch_filter=submission_filter()):
                 self.armed.set()
                 names = {os.path.relpath(path, self.directory) for _, path in changes}
                 if names:
@@ -257,7 +347,7 @@ def run(args) -> int:
     try:
         with i18n.use(lang):
             feed.start()
-            watcher.grade([s.number for s in exercise.steps])
+            watcher.grade([s.number for s in exercise.steps], full=True)
             while (changed := feed.next()) is not None:
                 watcher.regrade(changed)
     except (KeyboardInterrupt, _Stop):

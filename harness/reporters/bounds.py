@@ -6,6 +6,8 @@ reporter adds in words (the notice of what was left out) is in the report's lang
 """
 from __future__ import annotations
 
+import re
+
 from retrylab import i18n
 
 
@@ -78,3 +80,27 @@ def _around_notice(text: str, size: int, room: int, what: str, utf8: bool, lang:
     tail = tail[cut + 1:] if cut >= 0 else tail
     omitted = len(text) - len(head) - len(tail)
     return head + _notice(omitted, what, lang) + tail
+
+
+# Characters that act on a terminal or on the layout rather than show: C0 controls but line feed and
+# tab, DEL, C1 controls, the bidi embeddings and overrides (the harness itself isolates with FSI ... PDI
+# only, and marks a line's direction with LRM), the line and paragraph separators, and the
+# interlinear annotation controls.
+_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066\u2067\u2028\u2029\ufff9-\ufffb]")
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    code = ord(char)
+    return {"\r": "\\r", "\b": "\\b", "\x1b": "\\x1b"}.get(char) or (
+        f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def neutral(text: str) -> str:
+    """`text` for a terminal or a page of human text: every character that would act rather than show
+    (ESC sequences that move the cursor or repaint a line, a lone CR that returns to the line's start,
+    backspace, bidi overrides) written as a visible escape (`\\x1b`, `\\r`, `\\u202e`). A learner's
+    script or data could otherwise paint a passing verdict over the real one. A CR LF pair is a line
+    end, as a CRLF file's lines are quoted."""
+    text = text.replace("\r\n", "\n")
+    return _ACTIVE.sub(_escape, text) if _ACTIVE.search(text) else text

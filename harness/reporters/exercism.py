@@ -69,7 +69,7 @@ def _error_message(report: Report) -> str:
 def to_dict(report: Report) -> dict:
     lang = language(report)
     tests = [_test(r, lang) for r in in_step_order(report.results)]
-    if _nothing_ran(report):
+    if _nothing_ran(report) or getattr(report, "interrupted", False):   # an incomplete grading is no verdict
         message = bounded(utf8_safe(_error_message(report)), MESSAGE_LIMIT, "message", utf8=True, lang=lang)
         return {"version": 3, "status": "error", "message": message, "tests": tests}
     return {"version": 3, "status": "pass" if report.lab_passed else "fail", "tests": tests}

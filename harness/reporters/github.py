@@ -23,7 +23,7 @@ import posixpath
 import re
 
 from retrylab import i18n
-from retrylab.reporters.bounds import bounded, default_message, language, utf8_safe
+from retrylab.reporters.bounds import bounded, default_message, language, neutral, utf8_safe
 from retrylab.results import Report, StepResult
 
 MESSAGE_LIMIT = 8000   # characters of an annotation's message; the step's full text is in the report
@@ -65,7 +65,8 @@ def _annotation(result: StepResult, submission_dir: str, lang: str) -> str:
         name, line = result.location
         file = posixpath.join(submission_dir, name)
     message = result.message or default_message(result, lang)
-    return command(kind, bounded(message, MESSAGE_LIMIT, "message", lang=lang), file=file, line=line,
+    # shown on a web page and in the job log: learner text escaped as in the text report
+    return command(kind, bounded(neutral(message), MESSAGE_LIMIT, "message", lang=lang), file=file, line=line,
                    title=_label(result, lang))
 
 
@@ -76,7 +77,7 @@ def render(report: Report, submission_dir: str | None = None) -> str:
     lang = language(report)
     lines = [_annotation(r, root, lang) for r in report.results if not r.passed]
     if report.harness_error:
-        lines.append(command("error", report.harness_error, title=i18n.label("formats.could_not_grade", lang)))
+        lines.append(command("error", neutral(report.harness_error), title=i18n.label("formats.could_not_grade", lang)))
     return "".join(lines)
 
 

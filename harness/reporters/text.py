@@ -1,12 +1,14 @@
 """The human report: one line per step, the failure detail under it, and a tally.
 
 Labels are in the report's language (the checks wrote titles and messages in it already). Every
-line is kept free of unbalanced bidi controls, so a Persian report stays readable in a terminal.
+line is kept free of unbalanced bidi controls, so a Persian report stays readable in a terminal, and
+of characters a terminal would act on (ESC, CR, backspace, bidi overrides: `bounds.neutral`), so what
+a learner's script printed cannot repaint the verdict.
 """
 from __future__ import annotations
 
 from retrylab import i18n
-from retrylab.reporters.bounds import language
+from retrylab.reporters.bounds import language, neutral
 from retrylab.reporters.github import inert_text
 from retrylab.results import Report, StepResult
 
@@ -45,5 +47,7 @@ def render(report: Report) -> str:
     if report.harness_error:
         lines.append(i18n.label("report.could_not_grade", lang, error=report.harness_error))
     lines.extend(report.notes)
-    # on stdout in a GitHub job, a learner's quoted `::stop-commands::` line would be obeyed
-    return inert_text("\n".join(i18n.balance(line) for line in lines)) + "\n"
+    # Learner text (quoted output, data, file names) is shown, never obeyed: by the terminal (an ESC
+    # sequence or a CR repainting a verdict) nor, on stdout in a GitHub job, by the runner (a quoted
+    # `::stop-commands::` line)
+    return inert_text("\n".join(i18n.balance(line) for line in neutral("\n".join(lines)).split("\n"))) + "\n"

@@ -1,0 +1,137 @@
+"""The rough edges of the `retrylab` command a new user hits (issue 16): interruptions, bad report
+paths, a backend that cannot start, a subcommand's own usage, --exit-zero as the README says."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from retrylab import backends, cli
+from retrylab.fixtures.corpus import REFERENCE
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def retrylab(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "retrylab", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _default_sigint():
+    # a shell starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt:
+    # the grading must be started as a terminal would start it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def private_tmp():
+    """A TMPDIR of the test's own (the machine's /tmp is shared): the grading's temporary copies go
+    there, so that what it leaves is seen. Open to the learner's own uid, as /tmp is."""
+    folder = Path(tempfile.mkdtemp(prefix="retrylab-test-tmp-"))
+    folder.chmod(0o1777)
+    yield folder
+    subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@pytest.mark.parametrize("signum, backend", [(signal.SIGINT, "fake"), (signal.SIGTERM, "redis-server")])
+def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backend, private_tmp):
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--backend", backend,
+                             "--format", "exercism"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, preexec_fn=_default_sigint)
+    deadline = time.monotonic() + 60
+    while not list(private_tmp.glob("retrylab-run-*")):   # mid-grading: a learner's script is running
+        assert proc.poll() is None and time.monotonic() < deadline, "the grading ended before it could be interrupted"
+        time.sleep(0.02)
+    time.sleep(0.2)
+    started = _descendants(proc.pid)                        # the grading's servers and learner processes
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    results = json.loads(out)
+    assert results["status"] == "error" and "interrupted" in results["message"]
+    assert not any("harness defect" in t["message"] for t in results["tests"])
+    assert not list(private_tmp.glob("retrylab-run-*")), "a temporary copy of the submission was left"
+    time.sleep(0.5)
+    assert not [pid for pid in started if _alive(pid)], "a process of the grading outlived it"
+
+
+def test_a_backend_that_cannot_start_gives_its_whole_reason_in_one_line(tmp_path, monkeypatch, capsys):
+    reason = ("could not start a Redis container (redis:7-alpine): 500 Server Error: Get "
+              "https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io on 127.0.0.53:53: "
+              "server misbehaving; retrying will not help until the engine can reach the registry " * 2).strip()
+
+    def cannot_start(self):
+        raise backends.BackendUnavailable(reason)
+
+    monkeypatch.setattr(backends.FakeBackend, "probe", lambda self: None)   # it fails once grading starts
+    monkeypatch.setattr(backends.FakeBackend, "start", cannot_start)
+    assert cli.main(["check", str(REFERENCE)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"retrylab: {reason}\n"
+    assert "harness defect" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("where, said", [("missing/results.json", "does not exist"), (".", "is a directory")])
+def test_output_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, where, said):
+    done = retrylab("check", str(tmp_path), "--step", "3", "--format", "exercism", "--output", str(tmp_path / where))
+    assert done.returncode == 2 and done.stdout == ""
+    assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_an_unknown_option_shows_the_subcommands_usage():
+    done = retrylab("check", "mine", "--frobnicate")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: retrylab check ") and "--frobnicate" in done.stderr
+
+
+def test_exit_zero_is_as_the_readme_says(tmp_path):
+    assert "bad arguments still exit 2" in " ".join(README.read_text().split())
+    assert retrylab("check", str(tmp_path), "--step", "3", "--exit-zero").returncode == 0   # a failed step
+    assert retrylab("check", str(tmp_path / "nowhere"), "--exit-zero").returncode == 2       # bad arguments
+
+
+def test_an_interrupted_grading_is_an_error_in_exercism_even_after_some_steps_ran():
+    from retrylab.reporters import exercism
+    from retrylab.results import Report, StepResult
+    steps = (StepResult(name="worker", title="w", status="fail", number=1, message="m"),
+             StepResult(name="requeue", title="r", status="error", number=2, message="not graded"))
+    report = Report(exercise_id="backoff-dlq", exercise_title="t", submission="/s", backend="fake",
+                    harness_version="0", results=steps, harness_error="interrupted: stopped", interrupted=True)
+    data = exercism.to_dict(report)
+    assert data["status"] == "error" and data["message"] == "interrupted: stopped"
+    assert report.exit_status() == 130 and report.exit_status(strict=True) == 130
