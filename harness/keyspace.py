@@ -16,8 +16,8 @@ import redis
 
 MAX_KEYS = 1000
 MAX_ELEMENTS = 1000
-MAX_VALUE_BYTES = 256 * 1024
-MAX_TOTAL_BYTES = 64 * 1024 * 1024
+MAX_VALUE_BYTES = 64 * 1024
+MAX_TOTAL_BYTES = 16 * 1024 * 1024
 
 # KEYS in a script: only the first MAX_KEYS names (sorted) leave the server, however many keys there are.
 _FIRST_KEYS = """
