@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -57,13 +58,23 @@ _spawner: concurrent.futures.ThreadPoolExecutor | None = None
 _spawner_lock = threading.Lock()
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the forked child, before exec: be killed when the grading process dies, however it dies (SIGKILL, an
-    unhandled SIGTERM, a crash); and never outlive a parent that died before this ran."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+_PR_SET_NO_NEW_PRIVS = 38
+_SERVER_UIDS = (2_140_000_000, 2_147_000_000)   # private servers' uids as root: never a real user's, nor a learner's
+
+
+def _die_with_parent(prctl, parent: int) -> None:
+    """In the forked child, before exec (and after any change of uid, which would clear it): be killed when the
+    grading process dies, however it dies (SIGKILL, an unhandled SIGTERM, a crash); never outlive a parent that died
+    before this ran; gain no privileges by exec. `prctl` is resolved in the parent: nothing is imported after fork."""
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def server_uid() -> int | None:
+    """As root, a fresh unprivileged uid (and gid) for a private server; None otherwise."""
+    return random.randrange(*_SERVER_UIDS) if os.geteuid() == 0 else None
 
 
 def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
@@ -79,9 +90,11 @@ def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
     with _spawner_lock:
         if _spawner is None:
             _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="retrylab-server-spawner")
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
     return _spawner.submit(subprocess.Popen, argv, start_new_session=True,
-                           preexec_fn=lambda: _die_with_parent(parent), **popen_kwargs).result()
+                           preexec_fn=lambda: _die_with_parent(prctl, parent), **popen_kwargs).result()
 
 
 # Every private redis-server: a memory limit (a learner's memory bomb gets OOM errors, not the machine's memory),
@@ -109,12 +122,16 @@ class RedisServerProcess:
 
     def start(self) -> Endpoint:
         self._dir = tempfile.TemporaryDirectory(prefix="retrylab-redis-")
+        uid = server_uid()      # as root: not root (a flaw in Redis' Lua sandbox would reach no one's files)
+        if uid is not None:
+            os.chown(self._dir.name, uid, uid)
         for _ in range(5):  # a free port can be taken between probing and binding: retry
             port = free_port()
             self._proc = spawn_server(
                 [self._binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", self._dir.name, "--protected-mode", "no", *REDIS_SERVER_LIMITS],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                **({"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}))
             endpoint = Endpoint("127.0.0.1", port)
             if self._wait_ready(endpoint):
                 self.endpoint = endpoint

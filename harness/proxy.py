@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Collection, Protocol
 
-__all__ = ["Command", "Intercept", "RecordingProxy", "refusal", "time_answer"]
+__all__ = ["Command", "Intercept", "RecordingProxy", "chain", "refusal", "time_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,24 @@ class Intercept(Protocol):
     names: Collection[bytes]
 
     def __call__(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None: ...
+
+
+class chain:
+    """Several intercepts as one (e.g. the admin guard and a virtual clock's TIME): each command goes to those that
+    name it, in order; the first rewrite wins."""
+
+    def __init__(self, *intercepts: Intercept):
+        self._parts = [(frozenset(n.upper() for n in part.names), part) for part in intercepts]
+        self.names = frozenset().union(*(names for names, _ in self._parts))
+
+    def __call__(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None:
+        name = args[0].upper()
+        for names, part in self._parts:
+            if name in names:
+                rewrite = part(args)
+                if rewrite is not None:
+                    return rewrite
+        return None
 
 
 def refusal(message: str) -> tuple[bytes, ...]:

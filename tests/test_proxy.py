@@ -924,3 +924,18 @@ def test_command_parser_reports_where_commands_end():
         first = len(resp("SET", "a", "1"))
         assert ends == [first, first + 6, len(stream)]
         assert [a[0] for a, _ in out] == [b"SET", b"PING", b"GET"]
+
+
+def test_chained_intercepts_each_see_their_own_commands(backend):
+    class Clock:
+        names = (b"time",)
+
+        def __call__(self, args):
+            return proxy_module.time_answer(42.5)
+    guard = _Guard()
+    with RecordingProxy(backend.address, intercept=proxy_module.chain(Clock(), guard)) as proxy, through(proxy) as r:
+        assert r.time() == (42, 500_000)          # the first intercept that names TIME answers it
+        with pytest.raises(redis.ResponseError, match="CONFIG is not available"):
+            r.config_get("port")
+        assert r.set("k", "v")
+    assert [a[0] for a in guard.asked] == [b"CONFIG"]

@@ -1,0 +1,74 @@
+"""A grading's private servers (redis-server processes, the fake backend's server process) end with the grading,
+however it ends: SIGTERM (a CI timeout, a batch supervisor) or SIGKILL included."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SOLUTION = Path(__file__).resolve().parent.parent / "solution"
+LIMIT = 60.0
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> command line of the direct children of `pid`."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == pid:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    found[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _servers(pid: int) -> dict[int, str]:
+    return {p: c for p, c in _children(pid).items() if "redis-server" in c or "fake_server_process" in c}
+
+
+@pytest.mark.parametrize("backend, count", [("redis-server", 1), ("fake", 1)])
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_servers_end_when_the_grading_is_killed(backend, count, how):
+    grading = subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(SOLUTION), "--backend", backend],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + LIMIT
+        first_seen: dict[int, float] = {}
+        while True:                        # `check` probes the backend first (a server for a moment): skip that
+            assert grading.poll() is None, "the grading ended before its servers were seen"
+            assert time.monotonic() < deadline, "the grading's servers never showed up"
+            servers = _servers(grading.pid)
+            now = time.monotonic()
+            for pid in servers:
+                first_seen.setdefault(pid, now)
+            if len([p for p in servers if now - first_seen[p] > 1.0]) >= count:
+                break                      # mid-grading: the checks are using them
+            time.sleep(0.05)
+        grading.send_signal(how)           # the grading process only, as a CI runner's timeout does
+        grading.wait(LIMIT)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in servers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [c for p, c in servers.items() if _alive(p)], "servers outlived their grading"
+    finally:
+        if grading.poll() is None:
+            os.killpg(grading.pid, signal.SIGKILL)
+            grading.wait()
