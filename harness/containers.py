@@ -42,6 +42,7 @@ LABEL_STARTED = "org.retrylab.owner.started"   # the owner's start time (clock t
 READY_LIMIT = 60.0       # wall seconds for a started container to answer: an outer bound for a loaded machine
 PING_TIMEOUT = 10.0      # seconds for the engine to answer a ping
 API_TIMEOUT = 120.0      # seconds for any other engine request (creating a container on a loaded machine)
+REMOVE_LIMIT = 30.0      # seconds to wait for a container being removed to be gone
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", ""}
 
 
@@ -126,17 +127,18 @@ def owner_labels() -> dict[str, str]:
 
 def sweep_stale(engine) -> int:
     """Remove this machine's labelled containers whose grading process is gone; how many."""
-    removed = 0
-    stale = engine.containers.list(all=True, filters={"label": f"{LABEL_MACHINE}={_machine()}"})
-    for container in stale:
-        labels = container.labels
+    # the plain listing: docker-py's containers.list() inspects each one, and fails on one that another
+    # grading removes meanwhile
+    listed = engine.api.containers(all=True, filters={"label": f"{LABEL_MACHINE}={_machine()}"})
+    stale = []
+    for container in listed:
+        labels = container.get("Labels") or {}
         pid = labels.get(LABEL_PID, "")
-        if pid.isdigit() and _started(int(pid)) == labels.get(LABEL_STARTED) and _started(int(pid)) is not None:
-            continue    # its grading still runs
-        with contextlib.suppress(Exception):   # another grading may be removing it too
-            container.remove(force=True, v=True)
-            removed += 1
-    return removed
+        started = _started(int(pid)) if pid.isdigit() else None
+        if started is None or started != labels.get(LABEL_STARTED):   # its grading is gone
+            stale.append(container["Id"])
+    remove_containers(stale)
+    return len(stale)
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,7 +149,7 @@ class _Owned:
     interpreter exit or on SIGTERM (whose default action would skip every cleanup) is removed then."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # re-entered by the SIGTERM handler if it interrupts add()
         self._ids: set[str] = set()
         self._hooked = False
 
@@ -195,16 +197,37 @@ def removed_on_sigterm():
 
 
 def remove_containers(ids) -> None:
-    """Force-remove containers by id, with a client of its own (callable from a signal handler)."""
+    """Force-remove containers by id and wait until they are gone, with a client of its own (callable
+    from a signal handler: the one the interrupted code was using may be mid-request)."""
     import docker
+    ids = list(ids)
+    if not ids:
+        return
     try:
         engine = docker.from_env(timeout=API_TIMEOUT)
     except Exception:  # noqa: BLE001 - the engine went away: nothing more can be done from here
         return
     with contextlib.closing(engine):
-        for container_id in ids:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                engine.api.remove_container(container_id, force=True, v=True)
+        removers = [threading.Thread(target=_remove, args=(engine, i), daemon=True) for i in ids]
+        for remover in removers:   # at once: each removal waits on the engine, not on this machine's CPU
+            remover.start()
+        for remover in removers:
+            remover.join()
+
+
+def _remove(engine, container_id: str) -> None:
+    import docker
+    deadline = time.monotonic() + REMOVE_LIMIT
+    while time.monotonic() < deadline:
+        try:
+            engine.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError:   # "removal already in progress" (another caller): wait for it
+            pass
+        except Exception:  # noqa: BLE001 - the engine went away
+            return
+        time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,7 +257,7 @@ def start_redis_container(image: str) -> tuple[str, Endpoint]:
         OWNED.add(container.id)
         try:
             container.start()
-            endpoint = Endpoint(host, _published_port(container))
+            endpoint = Endpoint(host, _published_port(container, image))
             _wait_ready(container, endpoint, image)
         except BaseException as exc:
             OWNED.discard(container.id)
@@ -247,10 +270,11 @@ def start_redis_container(image: str) -> tuple[str, Endpoint]:
         return container.id, endpoint
 
 
-def _published_port(container) -> int:
+def _published_port(container, image: str) -> int:
     container.reload()
     bindings = (container.attrs["NetworkSettings"]["Ports"] or {}).get(REDIS_PORT)
     if not bindings:
+        _raise_if_stopped(container, image)   # an exited container publishes nothing
         raise BackendUnavailable(f"the engine published no port for Redis ({REDIS_PORT}) of container"
                                  f" {container.short_id} (state: {container.status})")
     return int(bindings[0]["HostPort"])
@@ -268,14 +292,18 @@ def _wait_ready(container, endpoint: Endpoint, image: str) -> None:
         except redis.RedisError:
             pass
         container.reload()
-        if container.status not in ("created", "running"):
-            code = container.attrs["State"].get("ExitCode")
-            raise BackendUnavailable(f"the Redis container from {image} stopped (exit code {code}) before it"
-                                     f" answered: {_last_log_line(container)}")
+        _raise_if_stopped(container, image)
         if time.monotonic() > deadline:
             raise BackendUnavailable(f"the Redis container from {image} did not answer on {endpoint.url} within"
                                      f" {READY_LIMIT:g} s: {_last_log_line(container)}")
         time.sleep(0.05)
+
+
+def _raise_if_stopped(container, image: str) -> None:
+    if container.status not in ("created", "running"):
+        code = container.attrs["State"].get("ExitCode")
+        raise BackendUnavailable(f"the Redis container from {image} stopped (exit code {code}) before it"
+                                 f" answered: {_last_log_line(container)}")
 
 
 def _last_log_line(container) -> str:
