@@ -145,13 +145,23 @@ def sweep_stale(engine) -> int:
 # containers this process must remove, however it ends
 
 class _Owned:
-    """Ids of this process's live containers. Removed by their backend's stop(); whatever is left at
-    interpreter exit or on SIGTERM (whose default action would skip every cleanup) is removed then."""
+    """This process's containers. Removed by their backend's stop(); whatever is left at interpreter
+    exit or on SIGTERM (whose default action would skip every cleanup) is removed then."""
 
     def __init__(self):
         self._lock = threading.RLock()   # re-entered by the SIGTERM handler if it interrupts add()
         self._ids: set[str] = set()
+        self._creating: set[object] = set()   # tokens of create requests on their way (set ops need no lock)
         self._hooked = False
+
+    @contextlib.contextmanager
+    def creating(self):
+        token = object()
+        self._creating.add(token)
+        try:
+            yield
+        finally:
+            self._creating.discard(token)
 
     def add(self, container_id: str) -> None:
         with self._lock:
@@ -171,10 +181,24 @@ class _Owned:
             remove_containers(ids)
 
     def on_sigterm(self, signum, frame) -> None:
-        # Remove the containers, then die of SIGTERM as this process would have without the handler.
+        # Let containers being created (by other threads) come into being, remove every container
+        # labelled as this process's, then die of SIGTERM as this process would have without the handler.
+        deadline = time.monotonic() + API_TIMEOUT
+        while self._creating and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.remove_all()
+        remove_containers(_labelled_as_mine())
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _labelled_as_mine() -> list[str]:
+    import docker
+    labels = owner_labels()
+    with contextlib.suppress(Exception), contextlib.closing(docker.from_env(timeout=API_TIMEOUT)) as engine:
+        return [c["Id"] for c in engine.api.containers(all=True, filters={"label": [
+            f"{LABEL_MACHINE}={labels[LABEL_MACHINE]}", f"{LABEL_PID}={labels[LABEL_PID]}"]})]
+    return []
 
 
 OWNED = _Owned()
@@ -250,11 +274,12 @@ def start_redis_container(image: str) -> tuple[str, Endpoint]:
         host = _engine_host(engine)
         binding = ("127.0.0.1",) if host == "127.0.0.1" else None
         try:
-            container = engine.containers.create(image, command=REDIS_COMMAND, labels=owner_labels(),
-                                                 ports={REDIS_PORT: binding}, detach=True)
+            with OWNED.creating():
+                container = engine.containers.create(image, command=REDIS_COMMAND, labels=owner_labels(),
+                                                     ports={REDIS_PORT: binding}, detach=True)
+                OWNED.add(container.id)
         except docker.errors.APIError as exc:
             raise BackendUnavailable(f"could not create a Redis container from {image}: {whole_reason(exc)}") from None
-        OWNED.add(container.id)
         try:
             container.start()
             endpoint = Endpoint(host, _published_port(container, image))
