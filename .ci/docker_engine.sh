@@ -33,6 +33,8 @@ start_docker_engine() {
     dockerd >"$log" 2>&1 </dev/null &
     RETRYLAB_CI_DOCKERD_PID=$!
     trap stop_docker_engine EXIT
+    trap 'exit 143' TERM      # a signal ends the script through its EXIT trap too
+    trap 'exit 130' INT
     for _ in $(seq 60); do
         docker info >/dev/null 2>&1 && { echo "ci: started a Docker engine (pid $RETRYLAB_CI_DOCKERD_PID)"; return 0; }
         kill -0 "$RETRYLAB_CI_DOCKERD_PID" 2>/dev/null || break

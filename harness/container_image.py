@@ -107,15 +107,19 @@ def main(argv: list[str] | None = None) -> int:
                                                  " (docker import; no registry needed)")
     parser.add_argument("--force", action="store_true", help="make it again even if it is up to date")
     args = parser.parse_args(argv)
-    from retrylab.backends import BackendUnavailable, _docker_engine
+    from retrylab import containers
+    from retrylab.backends import BackendUnavailable
     try:
-        engine = _docker_engine()
+        engine = containers.docker_engine()
         try:
             tag = ensure_image(engine, force=args.force)
         finally:
             engine.close()
     except (BackendUnavailable, ImageUnavailable) as exc:
         print(f"retrylab: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the engine refused the import: its reason, not a traceback
+        print(f"retrylab: could not make the image: {containers.whole_reason(exc)}", file=sys.stderr)
         return 2
     print(f"{tag} (also {DEFAULT_IMAGE})")
     return 0

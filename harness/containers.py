@@ -151,12 +151,12 @@ class _Owned:
     def __init__(self):
         self._lock = threading.RLock()   # re-entered by the SIGTERM handler if it interrupts add()
         self._ids: set[str] = set()
-        self._creating: set[object] = set()   # tokens of create requests on their way (set ops need no lock)
+        self._creating: set[tuple] = set()   # (thread, token) of create requests on their way (set ops need no lock)
         self._hooked = False
 
     @contextlib.contextmanager
     def creating(self):
-        token = object()
+        token = (threading.get_ident(), object())
         self._creating.add(token)
         try:
             yield
@@ -181,15 +181,20 @@ class _Owned:
             remove_containers(ids)
 
     def on_sigterm(self, signum, frame) -> None:
-        # Let containers being created (by other threads) come into being, remove every container
-        # labelled as this process's, then die of SIGTERM as this process would have without the handler.
-        deadline = time.monotonic() + API_TIMEOUT
-        while self._creating and time.monotonic() < deadline:
-            time.sleep(0.02)
-        self.remove_all()
-        remove_containers(_labelled_as_mine())
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        # Let containers being created by other threads come into being (this thread's own request,
+        # if it was interrupted, cannot finish before this returns), remove every container labelled
+        # as this process's, then die of SIGTERM as this process would have without the handler,
+        # whatever happened meanwhile.
+        try:
+            me = threading.get_ident()
+            deadline = time.monotonic() + API_TIMEOUT
+            while any(thread != me for thread, _ in list(self._creating)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.remove_all()
+            remove_containers(_labelled_as_mine())
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _labelled_as_mine() -> list[str]:

@@ -336,10 +336,10 @@ def test_sigterm_removes_the_gradings_containers(engine):
             assert proc.poll() is None and time.monotonic() < deadline, "the grading never ran two containers"
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == -signal.SIGTERM
+    assert proc.returncode == -signal.SIGTERM, stdout[-3000:] + stderr[-3000:]
     assert owned_by(engine, proc.pid) == []
 
 
