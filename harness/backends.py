@@ -371,7 +371,7 @@ class ContainerBackend(Backend):
         from retrylab import containers
         self.image = image or containers.image_name()
         self._lock = threading.Lock()
-        self._ids: list[str] = []
+        self._ids: dict[Endpoint, str] = {}     # container ids by where they answer
         self._idle: list[Endpoint] = []
         self._sigterm: contextlib.ExitStack | None = None
 
@@ -397,13 +397,13 @@ class ContainerBackend(Backend):
         from retrylab import containers
         container_id, endpoint = containers.start_redis_container(self.image)
         with self._lock:
-            self._ids.append(container_id)
+            self._ids[endpoint] = container_id
         return endpoint
 
     def stop(self) -> None:
         from retrylab import containers
         with self._lock:
-            ids, self._ids, self._idle = self._ids, [], []
+            ids, self._ids, self._idle = list(self._ids.values()), {}, []
         containers.remove_containers(ids)
         for container_id in ids:
             containers.OWNED.discard(container_id)
@@ -417,18 +417,36 @@ class ContainerBackend(Backend):
             endpoint = self._idle.pop() if self._idle else None
         endpoint = endpoint or self._start_one()
         try:
-            with endpoint.client() as client:
-                # the container is ours alone: disconnect what an earlier check's scripts left (through
-                # the port mapping, their connections may outlive them a little), then empty it
-                client.client_kill_filter(_type="normal", skipme=True)
-                client.flushall()
-                client.script_flush()
-                with contextlib.suppress(redis.ResponseError):   # functions: Redis 7 and later
-                    client.function_flush()
-                yield endpoint
+            _empty(endpoint)
+        except redis.ConnectionError:   # an earlier check's script stopped that server (SHUTDOWN): replace it
+            self._drop(endpoint)
+            endpoint = self._start_one()
+            _empty(endpoint)
+        try:
+            yield endpoint
         finally:
             with self._lock:
-                self._idle.append(endpoint)
+                if endpoint in self._ids:
+                    self._idle.append(endpoint)
+
+    def _drop(self, endpoint: Endpoint) -> None:
+        from retrylab import containers
+        with self._lock:
+            container_id = self._ids.pop(endpoint, None)
+        if container_id:
+            containers.remove_containers([container_id])
+            containers.OWNED.discard(container_id)
+
+
+def _empty(endpoint: Endpoint) -> None:
+    """A container's Redis as new: disconnect what an earlier check's scripts left (through the port
+    mapping their connections may outlive them a little), then empty it: keys, scripts, functions."""
+    with endpoint.client() as client:
+        client.client_kill_filter(_type="normal", skipme=True)
+        client.flushall()
+        client.script_flush()
+        with contextlib.suppress(redis.ResponseError):   # functions: Redis 7 and later
+            client.function_flush()
 
 
 BACKENDS = {"fake": FakeBackend, "redis-server": RedisServerBackend, "url": UrlBackend,

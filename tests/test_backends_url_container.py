@@ -288,6 +288,11 @@ def test_each_private_redis_is_an_empty_container_of_its_own(engine):
             assert {p["IP"] for p in published} == {"127.0.0.1"}
         with backend.private() as again, again.client() as c:
             assert c.dbsize() == 0 and c.script_exists(sha) == [False] and c.function_list() == []
+            with contextlib.suppress(redis.ConnectionError):
+                c.shutdown(nosave=True)                   # what a learner's script may send
+        with backend.private() as replaced, replaced.client() as d:    # a new container, not an error
+            assert d.ping() and d.dbsize() == 0
+        assert len(owned_by(engine, os.getpid())) == 2
     finally:
         backend.stop()
     assert owned_by(engine, os.getpid()) == []
