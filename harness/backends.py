@@ -1,5 +1,5 @@
 """Redis for checks: the embedded fake, a private redis-server process, a database on a server the
-user names (url), or a Redis container (testcontainers)."""
+user names (url), or Redis containers on a Docker engine (retrylab.containers)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -469,63 +469,104 @@ class UrlBackend(Backend):
         yield self._endpoint
 
 
-def _redis_container_class():
-    """testcontainers' RedisContainer (testcontainers.community.redis since 4.14, .redis before)."""
-    try:
-        from testcontainers.community.redis import RedisContainer
-    except ImportError:
-        try:
-            from testcontainers.redis import RedisContainer
-        except ImportError:
-            raise BackendUnavailable("the container backend needs testcontainers:"
-                                     " pip install 'retrylab[container]'") from None
-    return RedisContainer
-
-
 def _docker_engine():
     """A docker-py client for an engine that answers, or BackendUnavailable (within seconds)."""
-    _redis_container_class()  # fail here, with the fix, if testcontainers is missing
-    import docker
-    try:
-        engine = docker.from_env(timeout=5)
-        engine.ping()
-        return engine
-    except Exception as exc:  # docker.errors.DockerException, requests' errors: all mean "no engine"
-        raise BackendUnavailable(f"no Docker engine answers ({_one_line(exc)}); the container backend"
-                                 " needs one: use --backend redis-server or fake") from None
+    from retrylab import containers
+    return containers.docker_engine()
 
 
-class ContainerBackend(RedisServerBackend):
-    """A Redis container (testcontainers' Redis module) for the whole grading; emptied for each check
-    like a private redis-server. For machines with Docker but no redis-server binary."""
+class ContainerBackend(Backend):
+    """Redis containers on a Docker engine (retrylab.containers), from the image `retrylab/redis` made
+    from this machine's redis-server (`python -m retrylab.container_image`) or RETRYLAB_REDIS_IMAGE.
+
+    Like redis-server: one container serves the checks run one after another, emptied for each; a
+    private Redis taken while another is in use gets a container of its own, started then and kept
+    for reuse. Every container is removed when the grading ends (see retrylab.containers for SIGTERM
+    and for gradings killed outright)."""
 
     name = "container"
+    independent_privates = True
 
-    def __init__(self):
-        super().__init__()
-        self.image = os.environ.get("RETRYLAB_REDIS_IMAGE", "redis:7-alpine")
-        self._container = None
+    def __init__(self, image: str | None = None):
+        from retrylab import containers
+        self.image = image or containers.image_name()
+        self._lock = threading.Lock()
+        self._ids: dict[Endpoint, str] = {}     # container ids by where they answer
+        self._idle: list[Endpoint] = []
+        self._sigterm: contextlib.ExitStack | None = None
 
     def probe(self) -> None:
-        _docker_engine().close()
+        """Engine, image and a container that answers, before grading: each failure is one line."""
+        self.start()
+        self.stop()
 
     def start(self) -> None:
-        _docker_engine().close()
-        container = _redis_container_class()(self.image)
+        from retrylab import containers
+        with contextlib.closing(_docker_engine()) as engine:
+            containers.sweep_stale(engine)
+            containers.ensure_image_present(engine, self.image)
+        self._sigterm = contextlib.ExitStack()
+        self._sigterm.enter_context(containers.removed_on_sigterm())
         try:
-            container.start()
-            endpoint = Endpoint(container.get_container_host_ip(), int(container.get_exposed_port(6379)))
-        except Exception as exc:  # pulling, starting, port mapping: one line, not a traceback
-            with contextlib.suppress(Exception):
-                container.stop()
-            raise BackendUnavailable(f"could not start a Redis container ({self.image}): {_one_line(exc)}") from None
-        self._container, self._endpoint = container, endpoint
+            self._idle.append(self._start_one())
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_one(self) -> Endpoint:
+        from retrylab import containers
+        container_id, endpoint = containers.start_redis_container(self.image)
+        with self._lock:
+            self._ids[endpoint] = container_id
+        return endpoint
 
     def stop(self) -> None:
-        if self._container is not None:
-            with contextlib.suppress(Exception):
-                self._container.stop()
-            self._container = None
+        from retrylab import containers
+        with self._lock:
+            ids, self._ids, self._idle = list(self._ids.values()), {}, []
+        containers.remove_containers(ids)
+        for container_id in ids:
+            containers.OWNED.discard(container_id)
+        if self._sigterm is not None:
+            self._sigterm.close()
+            self._sigterm = None
+
+    @contextlib.contextmanager
+    def private(self):
+        with self._lock:
+            endpoint = self._idle.pop() if self._idle else None
+        endpoint = endpoint or self._start_one()
+        try:
+            _empty(endpoint)
+        except redis.ConnectionError:   # an earlier check's script stopped that server (SHUTDOWN): replace it
+            self._drop(endpoint)
+            endpoint = self._start_one()
+            _empty(endpoint)
+        try:
+            yield endpoint
+        finally:
+            with self._lock:
+                if endpoint in self._ids:
+                    self._idle.append(endpoint)
+
+    def _drop(self, endpoint: Endpoint) -> None:
+        from retrylab import containers
+        with self._lock:
+            container_id = self._ids.pop(endpoint, None)
+        if container_id:
+            containers.remove_containers([container_id])
+            containers.OWNED.discard(container_id)
+
+
+def _empty(endpoint: Endpoint) -> None:
+    """A container's Redis as new: disconnect what an earlier check's scripts left (through the port
+    mapping their connections may outlive them a little), then empty it: keys, scripts, functions."""
+    with endpoint.client() as client:
+        client.client_kill_filter(_type="normal", skipme=True)
+        client.flushall()
+        client.script_flush()
+        with contextlib.suppress(redis.ResponseError):   # functions: Redis 7 and later
+            client.function_flush()
 
 
 BACKENDS = {"fake": FakeBackend, "redis-server": RedisServerBackend, "url": UrlBackend,

@@ -1,4 +1,4 @@
-"""The `url` backend (an existing server the user names) and the `container` backend (testcontainers).
+"""The `url` backend (an existing server the user names) and the `container` backend (a Docker engine).
 
 `url` never touches a database that holds keys it did not create: every test runs against a private
 redis-server that stands for the user's server, with other people's keys in it, and compares a full
@@ -6,14 +6,20 @@ dump of those keys before and after.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import redis
 
-from retrylab import backends
+from retrylab import backends, container_image, containers
 from retrylab.backends import (CLAIM_KEY, BackendUnavailable, ContainerBackend, Endpoint, RedisServerProcess,
                                UrlBackend, free_port, make_backend)
 from retrylab.fixtures.corpus import REFERENCE
@@ -215,14 +221,37 @@ def test_url_usage_errors_exit_2_with_one_line(args, reason):
 
 
 # --------------------------------------------------------------------------------------------
-# container
+# container: on a real Docker engine when one answers (start dockerd; the image is made from this
+# machine's redis-server, no registry needed), else skipped with the reason
 
-def docker_engine_answers() -> bool:
+def _engine_or_reason():
     try:
-        backends._docker_engine().close()
-        return True
-    except BackendUnavailable:
-        return False
+        return containers.docker_engine(), None
+    except BackendUnavailable as exc:
+        return None, str(exc)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    engine, reason = _engine_or_reason()
+    if engine is None:
+        pytest.skip(f"container backend on a real engine: {reason}")
+    try:
+        container_image.ensure_image(engine)     # retrylab/redis:latest, the backend's default
+    except container_image.ImageUnavailable as exc:
+        pytest.skip(f"cannot make the Redis image here: {exc}")
+    yield engine
+    engine.close()
+
+
+def owned_by(engine, pid: int) -> list[dict]:
+    """The containers labelled as `pid`'s (the plain listing: it does not fail on one being removed)."""
+    return engine.api.containers(all=True, filters={"label": f"{containers.LABEL_PID}={pid}"})
+
+
+def check_in_background(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--backend", "container",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_container_backend_without_a_docker_engine_exits_2_at_once(tmp_path):
@@ -233,46 +262,142 @@ def test_container_backend_without_a_docker_engine_exits_2_at_once(tmp_path):
     assert done.stdout == ""
 
 
-@pytest.mark.skipif(not docker_engine_answers(), reason="no Docker engine")
-def test_reference_passes_on_a_redis_container():
-    done = retrylab("check", str(REFERENCE), "--backend", "container", "--format", "exercism")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    assert [t["status"] for t in json.loads(done.stdout)["tests"] if "task_id" in t] == ["pass"] * 8
+def test_reference_passes_on_a_redis_container_and_leaves_none(engine):
+    proc = check_in_background("--format", "exercism")
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stdout[-3000:] + stderr
+    assert [t["status"] for t in json.loads(stdout)["tests"] if "task_id" in t] == ["pass"] * 8
+    assert owned_by(engine, proc.pid) == []
 
 
-class _StandInContainer:
-    """testcontainers' RedisContainer's surface, backed by a private redis-server: exercises the
-    container backend's own code (ports, emptying per check, stopping) where Docker is missing."""
-    started: list = []
+def test_each_private_redis_is_an_empty_container_of_its_own(engine):
+    backend = ContainerBackend()
+    backend.start()
+    try:
+        with backend.private() as first, first.client() as a:
+            a.rpush("q:tasks", "left over")
+            sha = a.script_load("return 1")
+            a.function_load("#!lua name=left\nredis.register_function('left', function() return 1 end)")
+            with backend.private() as second, second.client() as b:    # in use at once: another container
+                assert second.port != first.port and b.dbsize() == 0
+                assert a.info("server")["run_id"] != b.info("server")["run_id"]
+            ours = owned_by(engine, os.getpid())
+            assert len(ours) == 2 and all(c["Labels"][containers.LABEL_MACHINE] for c in ours)
+            published = [p for c in ours for p in c["Ports"] if p.get("PrivatePort") == 6379]
+            assert {p["PublicPort"] for p in published} == {first.port, second.port}
+            assert {p["IP"] for p in published} == {"127.0.0.1"}
+        with backend.private() as again, again.client() as c:
+            assert c.dbsize() == 0 and c.script_exists(sha) == [False] and c.function_list() == []
+            with contextlib.suppress(redis.ConnectionError):
+                c.shutdown(nosave=True)                   # what a learner's script may send
+        with backend.private() as replaced, replaced.client() as d:    # a new container, not an error
+            assert d.ping() and d.dbsize() == 0
+        assert len(owned_by(engine, os.getpid())) == 2
+    finally:
+        backend.stop()
+    assert owned_by(engine, os.getpid()) == []
 
-    def __init__(self, image):
-        self.image = image
-        self._server = RedisServerProcess()
 
-    def start(self):
-        self.endpoint = self._server.start()
-        self.started.append(self)
-        return self
-
-    def get_container_host_ip(self):
-        return "localhost"
-
-    def get_exposed_port(self, port):
-        assert port == 6379
-        return str(self.endpoint.port)
-
-    def stop(self):
-        self._server.stop()
-        self.stopped = True
+def test_a_missing_local_image_is_one_line_with_the_fix(engine):
+    env = {**os.environ, "RETRYLAB_REDIS_IMAGE": "retrylab/redis:0.0.0-absent"}
+    stderr = one_line_no_traceback(retrylab("check", str(REFERENCE), "--backend", "container", env=env))
+    assert "no image retrylab/redis:0.0.0-absent" in stderr and "python -m retrylab.container_image" in stderr
 
 
-def test_container_backend_code_with_a_stand_in_container(monkeypatch):
-    monkeypatch.setattr(backends, "_redis_container_class", lambda: _StandInContainer)
+def test_an_image_that_cannot_be_pulled_gives_the_whole_reason(engine):
+    # a registry on a closed local port: the engine answers, the pull fails (no traffic leaves the machine)
+    image = f"127.0.0.1:{free_port()}/retrylab-absent:1"
+    env = {**os.environ, "RETRYLAB_REDIS_IMAGE": image}
+    stderr = one_line_no_traceback(retrylab("check", str(REFERENCE), "--backend", "container", env=env))
+    assert f"cannot pull image {image}:" in stderr and "connection refused" in stderr
+    assert stderr.rstrip().endswith("unset RETRYLAB_REDIS_IMAGE")     # whole, not cut
+
+
+@pytest.fixture
+def exiting_image(engine):
+    """An image whose redis-server is /bin/false: the container starts and exits at once."""
+    false = Path(shutil.which("false")).resolve()
+    engine.api.import_image_from_data(
+        container_image.root_filesystem(false, container_image.shared_libraries(false)),
+        repository="retrylab-test/exits", tag="1", changes=[f"ENV PATH={Path(container_image.BINARY_IN_IMAGE).parent}"])
+    yield "retrylab-test/exits:1"
+    engine.images.remove("retrylab-test/exits:1", force=True)
+
+
+def test_a_container_that_exits_at_once_is_one_line_before_grading(engine, exiting_image):
+    proc = check_in_background(env={**os.environ, "RETRYLAB_REDIS_IMAGE": exiting_image})
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and stdout == "", stdout
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    assert f"the Redis container from {exiting_image} stopped (exit code 1) before it answered" in stderr
+    assert owned_by(engine, proc.pid) == []
+
+
+def test_sigterm_removes_the_gradings_containers(engine):
+    proc = check_in_background()
+    try:
+        deadline = time.monotonic() + 60
+        while len(owned_by(engine, proc.pid)) < 2:    # the probe starts one; the grading runs two at once
+            assert proc.poll() is None and time.monotonic() < deadline, "the grading never ran two containers"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM, stdout[-3000:] + stderr[-3000:]
+    assert owned_by(engine, proc.pid) == []
+
+
+def test_containers_of_a_grading_that_is_gone_are_removed_at_start(engine):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale_labels = {**containers.owner_labels(), containers.LABEL_PID: str(gone.pid), containers.LABEL_STARTED: "1"}
+    stale = engine.containers.create(container_image.DEFAULT_IMAGE, labels=stale_labels)
+    alive = engine.containers.create(container_image.DEFAULT_IMAGE, labels=containers.owner_labels())   # this process: still grading
+    elsewhere = engine.containers.create(container_image.DEFAULT_IMAGE, labels={
+        **stale_labels, containers.LABEL_MACHINE: "another-machine/boot"})   # pids there mean nothing here
+    try:
+        backend = ContainerBackend()
+        backend.start()
+        backend.stop()
+        left = {c["Id"] for c in engine.api.containers(all=True)}
+        assert stale.id not in left and alive.id in left and elsewhere.id in left
+    finally:
+        for container in (stale, alive, elsewhere):
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+
+def test_making_the_image_again_keeps_it(engine):
+    before = engine.images.get(container_image.DEFAULT_IMAGE).id
+    tag = container_image.ensure_image(engine)
+    assert tag == f"{container_image.REPOSITORY}:{container_image.redis_version(container_image.host_redis_server())}"
+    assert engine.images.get(tag).id == engine.images.get(container_image.DEFAULT_IMAGE).id == before
+
+
+def test_container_backend_pool_with_stand_in_containers(monkeypatch):
+    """The backend's own bookkeeping where no engine runs: each container stands in as a private
+    redis-server; every one started is removed at the end, and privates in use at once differ."""
+    started, removed = {}, []
+
+    def start(image):
+        server = RedisServerProcess()
+        started[f"c{len(started)}"] = server
+        return f"c{len(started) - 1}", server.start()
+
+    def remove(ids):
+        for container_id in ids:
+            started[container_id].stop()
+            removed.append(container_id)
+
     monkeypatch.setattr(backends, "_docker_engine", lambda: type("Engine", (), {"close": lambda self: None})())
+    monkeypatch.setattr(containers, "sweep_stale", lambda engine: 0)
+    monkeypatch.setattr(containers, "ensure_image_present", lambda engine, image: None)
+    monkeypatch.setattr(containers, "start_redis_container", start)
+    monkeypatch.setattr(containers, "remove_containers", remove)
     report = grade(REFERENCE, backend="container")
     assert [r.status for r in report.lab_results] == ["pass"] * 8, [r.message for r in report.lab_results]
-    container = _StandInContainer.started[-1]
-    assert container.image == ContainerBackend().image and container.stopped
+    assert len(started) >= 2 and sorted(removed) == sorted(started)   # the worker runs went on alongside
 
 
 def test_make_backend_lists_every_backend():
