@@ -564,6 +564,12 @@ class RecordingProxy:
                 self._materialized = start + len(made)
                 return self._commands[:start + len(made)]
 
+    def replies_followed(self) -> bool:
+        """Whether every open connection's replies are followed, so that `pending()` tells everything
+        the learner waits for (a connection in RESP2 pub/sub mode, say, may wait unseen)."""
+        with self._lock:
+            return all(conn.tracking for conn in self._conns.values() if not conn.closing)
+
     def pending(self) -> list[Command]:
         with self._lock:
             raw = [r for conn in self._conns.values() if conn.tracking for r in conn.pending if type(r) is tuple]

@@ -12,8 +12,6 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
 import redis
 
 from retrylab import i18n, keyspace
@@ -22,6 +20,7 @@ from retrylab.calllog import Call, CallLog
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
+from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never
 
 TASKPROC = Path(__file__).resolve().parent.parent / "fixtures" / "taskproc.py"
 try:  # installed (non-editable): fixtures live inside the package
@@ -38,8 +37,12 @@ class RunTiming:
     prepare: float              # copying the submission, starting the recording proxy
     first_command: float | None  # process start to its first Redis command (interpreter, imports, connect)
     run: float                  # the process's whole life, start to exit or stop
-    settle: float               # of `run`: waiting after the last change before deciding a worker had settled
+    settle: float               # of `run`: from the last change it saw to the stop condition's yes
     cleanup: float              # stopping the process group, closing the proxy, removing the copy
+    cpu: float | None = None    # CPU seconds the learner's processes had (user + system)
+    reason: str = "exited"      # why it ended (a retrylab.settle.Reason value)
+    attempts: int = 1           # 2: re-run once, the first run stopped before its first broker command
+    cut: bool = False           # stopped by the step's time limit
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,31 @@ class ScriptRun:
         return self.result is None
 
 
-class Progress:
-    """A live view of a running script, for stop conditions."""
+class RunNotStarted(RuntimeError):
+    """A learner run was stopped by a wall-clock limit before its first broker command, twice: the
+    machine gave it no chance to work, which says nothing about the learner's code."""
 
-    def __init__(self, client: redis.Redis, calllog: CallLog, proxy: RecordingProxy):
+
+class Progress:
+    """A live view of a running script, for stop conditions (retrylab.settle).
+
+    `look()` is called once before each time the conditions are asked; it notes when the keyspace's
+    shape or the call log last changed, and the learner's CPU time then, so that "no progress" is
+    counted in CPU time the learner had, from its first broker command on."""
+
+    def __init__(self, client: redis.Redis, calllog: CallLog, proxy: RecordingProxy, sandbox: Sandbox | None = None):
         self.client = client
         self.calllog = calllog
         self.proxy = proxy
+        self.sandbox = sandbox
         self._signature = None
         self._changed_at = time.monotonic()
-        self.stopped_at: float | None = None    # when the stop condition said "settled"
+        self._cpu = 0.0
+        self._cpu_at_change: float | None = None    # None until the first broker command
+        self._commands_at_change = 0
+        self._calm: tuple | None = None             # what the relay and /proc showed at the last look
+        self._blocked: list[Command] = []
+        self.stopped_at: float | None = None        # when the stop condition said "stop"
 
     def calls(self) -> list[Call]:
         return self.calllog.calls()
@@ -72,23 +90,64 @@ class Progress:
     def keyspace(self) -> dict[bytes, keyspace.KeyContent]:
         return keyspace.dump(self.client)
 
-    def quiet_for(self) -> float:
-        """Seconds since the keyspace's shape or the call log last changed."""
+    def commands(self) -> list[Command]:
+        return self.proxy.commands()
+
+    # -- what the runner updates once per look ---------------------------------------------------
+    def look(self) -> None:
+        self._cpu = self.sandbox.learner_cpu() if self.sandbox else 0.0
+        if not self.started():
+            return
         signature = (keyspace.shape(self.client), len(self.calllog.calls()))
-        now = time.monotonic()
-        if signature != self._signature:
-            self._signature, self._changed_at = signature, now
-        return now - self._changed_at
+        if signature != self._signature or self._cpu_at_change is None:
+            self._signature, self._changed_at, self._cpu_at_change = signature, time.monotonic(), self._cpu
+            self._commands_at_change = len(self.proxy.commands())
+        self._blocked = self._look_blocked()
+
+    def _look_blocked(self) -> list[Command]:
+        """The blocking reads the learner waits in, if that is all it does: the same ones as at the
+        last look, nothing else crossed the relay, no CPU in between, no thread ready to run."""
+        pending = self.proxy.pending()
+        if not pending or not all(is_blocking_read(c) for c in pending) or not self.proxy.replies_followed():
+            self._calm = None
+            return []
+        state = (tuple(c.seq for c in pending), self.proxy.activity)
+        previous, self._calm = self._calm, (state, self._cpu)
+        if previous is None or previous[0] != state or self._cpu - previous[1] > _CPU_NOISE:
+            return []
+        if self.sandbox is not None and self.sandbox.learner_running():
+            return []
+        return pending
+
+    # -- what stop conditions read ---------------------------------------------------------------
+    def started(self) -> bool:
+        """Whether the learner has sent its first broker command."""
+        return self.proxy.activity > 0
+
+    def cpu(self) -> float:
+        """CPU seconds the learner's processes have had, as of the last look."""
+        return self._cpu
+
+    def cpu_since_change(self) -> float:
+        """CPU seconds the learner had since its first broker command or the last change, whichever
+        is later (0.0 before its first command)."""
+        return 0.0 if self._cpu_at_change is None else self._cpu - self._cpu_at_change
+
+    def commands_since_change(self) -> list[Command]:
+        return self.proxy.commands()[self._commands_at_change:]
+
+    def blocked_reads(self) -> list[Command]:
+        """The blocking reads the learner waits in with nothing else going on ([] if it does more)."""
+        return self._blocked
 
     def settle_wait(self) -> float:
-        """How long the stop condition waited after the last change it saw."""
-        if self.stopped_at is None or self._signature is None:  # exited by itself, or stopped on another ground
+        """Real time from the last change the conditions saw to their "stop"."""
+        if self.stopped_at is None or self._signature is None:  # exited by itself, or stopped before a change
             return 0.0
         return max(0.0, self.stopped_at - self._changed_at)
 
 
-StopCondition = Callable[[Progress], bool]
-
+_CPU_NOISE = 0.015   # /proc counts CPU in ticks (10 ms): a tick's rounding is not activity
 
 class LearnerRunner:
     def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None):
@@ -98,11 +157,24 @@ class LearnerRunner:
 
     def run(self, script: str, endpoint: Endpoint, *, timeout: float,
             stop_when: StopCondition | None = None) -> ScriptRun:
-        """Run `script` until it exits, `stop_when` says it has settled, or `timeout` seconds pass
-        (fewer if the current step's time limit comes first: the run is then cut short and the
-        clock is told, so the step fails for its time limit)."""
+        """Run `script` until it exits, `stop_when` (retrylab.settle) says to stop it, or `timeout`
+        seconds pass: an outer bound for a run that does not finish, fewer if the current step's time
+        limit comes first (the run is then cut short and the clock is told, so the step fails for its
+        time limit). A run that a wall-clock limit stopped before its first broker command is run
+        once more; if that happens again, `RunNotStarted` (a harness-side error, not a verdict)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
+        stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
+        first = self._run_once(script, endpoint, timeout, stop_when)
+        if not _stopped_before_starting(first):
+            return first
+        again = self._run_once(script, endpoint, timeout, stop_when, attempt=2)
+        if _stopped_before_starting(again):
+            raise RunNotStarted(i18n.label("run.not_started", script=script, seconds=again.result.seconds))
+        return again
+
+    def _run_once(self, script: str, endpoint: Endpoint, timeout: float, stop_when: StopCondition,
+                  attempt: int = 1) -> ScriptRun:
         left = self.clock.remaining() if self.clock else None
         by_step_limit = left is not None and left - RUN_MARGIN < timeout
         if by_step_limit:
@@ -112,7 +184,7 @@ class LearnerRunner:
                 Sandbox(self.submission, self.limits) as sandbox, \
                 endpoint.client() as client:
             calllog = CallLog(sandbox.log_file("calls.jsonl"))  # writable by the learner's uid, not replaceable
-            progress = Progress(client, calllog, proxy)
+            progress = Progress(client, calllog, proxy, sandbox)
             env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
                    "RETRYLAB_REDIS_DB": str(endpoint.db),
                    "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
@@ -120,22 +192,40 @@ class LearnerRunner:
             # a server the user named (url backend) may need them; the proxy relays bytes as they are
             env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
                         (("username", endpoint.username), ("password", endpoint.password)) if v})
+            stops: list[Stop] = []
+            cpu = [0.0]
 
-            def settled() -> bool:  # stop_when, noting when it said yes (for RunTiming.settle)
-                if stop_when(progress):
-                    progress.stopped_at = time.monotonic()
-                    return True
-                return False
+            def settled() -> bool:  # stop_when, noting why and when it said yes
+                progress.look()
+                cpu[0] = progress.cpu()
+                stop = stop_when.check(progress)
+                if stop is None:
+                    return False
+                stops.append(stop)
+                progress.stopped_at = time.monotonic()
+                return True
             prepared, wall_start = time.monotonic(), time.time()
             with self.clock.shielded() if self.clock else contextlib.nullcontext():
-                result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled if stop_when else None)
-            done = ScriptRun(result=result, calls=tuple(calllog.calls()), commands=tuple(proxy.commands()))
+                result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
+            commands = tuple(proxy.commands())
+            reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
+            result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0],
+                                         detail=stops[-1].detail if stops and result.stopped else "")
+            done = ScriptRun(result=result, calls=tuple(calllog.calls()), commands=commands)
             finished = time.monotonic()
         first = done.commands[0].at - wall_start if done.commands else None
         timing = RunTiming(script=script, prepare=prepared - began, first_command=first, run=result.seconds,
-                           settle=progress.settle_wait(), cleanup=time.monotonic() - finished)
+                           settle=progress.settle_wait(), cleanup=time.monotonic() - finished,
+                           cpu=cpu[0], reason=reason.value, attempts=attempt,
+                           cut=by_step_limit and result.stopped == "timeout")
         if self.clock:
             self.clock.timings.append(timing)
-            if by_step_limit and result.stopped == "timeout":
+            if timing.cut:
                 self.clock.cut(i18n.label("run.cut", script=script))
         return dataclasses.replace(done, timing=timing)
+
+
+def _stopped_before_starting(run: ScriptRun) -> bool:
+    """Stopped by the run's own wall-clock bound (not by what it did, nor by the step's time limit,
+    which its step reports) before it sent a single broker command."""
+    return run.result.stopped == "timeout" and not run.commands and not run.timing.cut

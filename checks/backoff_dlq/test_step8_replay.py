@@ -4,12 +4,12 @@ import json
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
+from retrylab.checks.backoff_dlq.settling import ONE_SHOT
 from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten, tr
 from retrylab.fixtures import messages
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(8)
-QUIET_LIMIT = 3.0   # a replay still running this long after everything went quiet is a loop
 
 
 def _dlq_entry(worker_run) -> tuple[bytes, str]:
@@ -28,8 +28,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     prefix = f"{note}\n" if note else ""
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.DLQ, raw)
-        run = learner.run("replay.py", endpoint, timeout=step.timeout,
-                          stop_when=lambda progress: progress.quiet_for() > QUIET_LIMIT)
+        run = learner.run("replay.py", endpoint, timeout=step.timeout, stop_when=ONE_SHOT)
         queue = client.lrange(messages.QUEUE, 0, 10) if client.type(messages.QUEUE) == b"list" else None
         queue_type = client.type(messages.QUEUE).decode()
         dlq_left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else client.exists(messages.DLQ)
