@@ -165,7 +165,8 @@ def test_a_hanging_grading_gives_an_error_row_and_the_batch_continues(tmp_path):
     # re-executes itself with a marker in its command line (so this test can find it), then changes
     # Redis every second (a blocking pop waits in real time), so the worker runs never settle; each
     # takes its full 15 s, which outlasts the per-submission wall limit of 10 s; a correct
-    # submission stays well under it (about 2 s) even on a busy machine
+    # submission stays well under it (about 2 s). That limit counts from when the grading process
+    # is up, so a busy machine's slow interpreter start does not use it up before the worker starts.
     (hang / "worker.py").write_text(
         f"import os, sys, redis\nif sys.argv[1:] != [{marker!r}]:\n"
         f"    os.execv(sys.executable, [sys.executable, sys.argv[0], {marker!r}])\n"
@@ -210,6 +211,20 @@ def test_a_grading_process_that_dies_gives_an_error_row(tmp_path, monkeypatch, s
     assert row["status"] == "error" and row["id"] == "someone"
     assert row["reason"] == reason
     assert row["score"] is None
+
+
+def test_the_wall_limit_counts_from_when_the_grading_process_is_up(tmp_path, monkeypatch):
+    # a "python" that takes 2 s to start (a busy machine), then reports at once: a 1 s limit
+    # counted from its start would call it hung; counted from when it is up, its report is the row
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/bash\nsleep 2\nfd="${@: -1}"\necho 1 >&"$fd"\n'
+                           'echo \'{"results": [], "harness_error": "reported"}\' > "$4"\n')
+    fake_python.chmod(0o755)
+    monkeypatch.setattr(batch.sys, "executable", str(fake_python))
+    (tmp_path / "work").mkdir()
+    row = batch.grade_in_subprocess(batch.Submission("slow-start", tmp_path), batch.BatchConfig(timeout=1.0),
+                                    tmp_path / "work")
+    assert row["reason"] == "reported"
 
 
 def test_content_hash_covers_relative_paths_and_bytes_but_not_caches(tmp_path):
