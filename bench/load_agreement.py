@@ -11,7 +11,11 @@ pure CPU load alone did not (issue 10), the mix did:
 - `--hogs` CPU-bound processes (default 2);
 - `--jobs` gradings at once (default 4 with --load, else 1);
 - `--churn` loops that keep starting what a test suite at -n 4 starts: Python interpreters that
-  import the harness's dependencies, and private redis-server processes (default 2).
+  import the harness's dependencies, and private redis-server processes (default 2);
+- `--freeze S`: the learner processes of these gradings (and only these: their run ids carry this
+  script's tag) are stopped for S seconds (SIGSTOP), let run for one, and so on: what a process that
+  gets no CPU for seconds on a busy machine goes through, made certain instead of left to chance
+  (default 0: off; 2.5 reproduced the wrong verdicts of issue 10 every time).
 
 Prints one line per grading (entry, agreement, the steps that disagree with what they said), then a
 summary per backend. Exits 1 if any step disagrees, so it can gate a change.
@@ -35,7 +39,9 @@ import time
 from pathlib import Path
 
 from retrylab.fixtures import corpus
+from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
 
+TAG = f"loadbench{os.getpid()}"
 HOG = "while True: pass"
 IMPORTS = "import redis, fakeredis, pytest, time_machine, retrylab.grading"
 
@@ -53,7 +59,7 @@ def grade(entry: corpus.CorpusEntry, backend: str, scratch: Path) -> tuple[dict[
         started = time.monotonic()
         done = subprocess.run([*retrylab_command(), "check", str(submission), "--backend", backend,
                                "--format", "exercism", "--exit-zero"],
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600, env={**os.environ, RUN_TAG_VARIABLE: TAG})
         seconds = time.monotonic() - started
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -69,10 +75,12 @@ def grade(entry: corpus.CorpusEntry, backend: str, scratch: Path) -> tuple[dict[
 class Load:
     """CPU hogs and start-up churn (interpreters, private redis-server processes) until stopped."""
 
-    def __init__(self, hogs: int, churn: int):
+    def __init__(self, hogs: int, churn: int, freeze: float = 0.0):
         self.hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._churn, args=(i,), daemon=True) for i in range(churn)]
+        if freeze:
+            self.threads.append(threading.Thread(target=self._freeze, args=(freeze,), daemon=True))
         for thread in self.threads:
             thread.start()
 
@@ -90,6 +98,15 @@ class Load:
             server.terminate()
             server.wait()
 
+    def _freeze(self, seconds: float) -> None:
+        marker = f"{RUN_ID_VARIABLE}={TAG}-".encode()
+        while not self.stopping.is_set():
+            frozen = [pid for pid in _with_environ(marker) if _signal(pid, signal.SIGSTOP)]
+            self.stopping.wait(seconds)
+            for pid in frozen:
+                _signal(pid, signal.SIGCONT)
+            self.stopping.wait(1.0)
+
     def stop(self) -> None:
         self.stopping.set()
         for hog in self.hogs:
@@ -97,6 +114,27 @@ class Load:
             hog.wait()
         for thread in self.threads:
             thread.join()
+
+
+def _with_environ(marker: bytes) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if marker in f.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def _signal(pid: int, number: int) -> bool:
+    try:
+        os.kill(pid, number)
+        return True
+    except OSError:
+        return False
 
 
 def main(argv=None) -> int:
@@ -107,6 +145,8 @@ def main(argv=None) -> int:
     parser.add_argument("--load", action="store_true", help="grade beside CPU hogs and start-up churn")
     parser.add_argument("--hogs", type=int, default=2)
     parser.add_argument("--churn", type=int, default=2)
+    parser.add_argument("--freeze", type=float, default=0.0, metavar="S",
+                        help="with --load: stop these gradings' learner processes S seconds at a time")
     parser.add_argument("--jobs", type=int, help="gradings at once (default 4 with --load, else 1)")
     parser.add_argument("--repeat", type=int, default=1, help="grade each entry this many times")
     args = parser.parse_args(argv)
@@ -115,9 +155,9 @@ def main(argv=None) -> int:
     entries = [e for e in corpus.entries() if not args.match or any(m in e.id for m in args.match)]
     work = [(e, b) for b in backends for e in entries for _ in range(args.repeat)]
     print(f"# {len(work)} gradings, {jobs} at once, load: "
-          f"{f'{args.hogs} hogs + {args.churn} churn loops' if args.load else 'none'}; "
+          f"{f'{args.hogs} hogs + {args.churn} churn loops + freeze {args.freeze:g} s' if args.load else 'none'}; "
           f"load average before {os.getloadavg()[0]:.1f}", flush=True)
-    load = Load(args.hogs, args.churn) if args.load else None
+    load = Load(args.hogs, args.churn, args.freeze) if args.load else None
     totals = {b: [0, 0, 0, 0.0] for b in backends}   # steps agreeing, steps, gradings all agreeing, seconds
     peak = 0.0
     with tempfile.TemporaryDirectory(prefix="retrylab-load-") as scratch, \
