@@ -59,8 +59,9 @@ class ScriptRun:
 
 
 class RunNotStarted(RuntimeError):
-    """A learner run was stopped by a wall-clock limit before its first broker command, twice: the
-    machine gave it no chance to work, which says nothing about the learner's code."""
+    """A learner run was stopped by a wall-clock limit before it could start (no broker command,
+    hardly any CPU), and a second run could not start either, or the step's own limit stopped it:
+    the machine gave it no chance to work, which says nothing about the learner's code."""
 
 
 class Progress:
@@ -160,17 +161,18 @@ class LearnerRunner:
         """Run `script` until it exits, `stop_when` (retrylab.settle) says to stop it, or `timeout`
         seconds pass: an outer bound for a run that does not finish, fewer if the current step's time
         limit comes first (the run is then cut short and the clock is told, so the step fails for its
-        time limit). A run that a wall-clock limit stopped before its first broker command is run
-        once more; if that happens again, `RunNotStarted` (a harness-side error, not a verdict)."""
+        time limit). A run that a wall-clock limit stopped before it could start (`_starved`) is run
+        once more; if that happens again, or the step's limit stopped it, `RunNotStarted` (a
+        harness-side error, not a verdict)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
         first = self._run_once(script, endpoint, timeout, stop_when)
-        if not _stopped_before_starting(first):
+        if not _starved(first):
             return first
-        again = self._run_once(script, endpoint, timeout, stop_when, attempt=2)
-        if _stopped_before_starting(again):
-            raise RunNotStarted(i18n.label("run.not_started", script=script, seconds=again.result.seconds))
+        again = None if first.timing.cut else self._run_once(script, endpoint, timeout, stop_when, attempt=2)
+        if again is None or _starved(again):
+            raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0))
         return again
 
     def _run_once(self, script: str, endpoint: Endpoint, timeout: float, stop_when: StopCondition,
@@ -225,7 +227,13 @@ class LearnerRunner:
         return dataclasses.replace(done, timing=timing)
 
 
-def _stopped_before_starting(run: ScriptRun) -> bool:
-    """Stopped by the run's own wall-clock bound (not by what it did, nor by the step's time limit,
-    which its step reports) before it sent a single broker command."""
-    return run.result.stopped == "timeout" and not run.commands and not run.timing.cut
+# CPU seconds: a run stopped by a wall-clock limit with less than this, and no broker command, never
+# got going (an interpreter with its imports needs about 0.2 s): the machine starved it.
+STARVED_CPU = 0.5
+
+
+def _starved(run: ScriptRun) -> bool:
+    """Stopped by a wall-clock limit (its own, or the step's), not by what it did, before its first
+    broker command and with too little CPU to have started: a verdict on it would be one on the machine."""
+    result = run.result
+    return result.stopped == "timeout" and not run.commands and (result.cpu or 0.0) < STARVED_CPU

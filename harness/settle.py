@@ -185,7 +185,7 @@ class no_progress(StopCondition):
     since its first broker command, or since the last change; or it had `startup` seconds of CPU
     without sending a single broker command."""
 
-    def __init__(self, cpu: float, *, startup: float = 2.0):
+    def __init__(self, cpu: float, *, startup: float = 1.5):
         self.cpu, self.startup = cpu, startup
 
     def check(self, progress) -> Stop | None:

@@ -38,7 +38,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     observe.require_script(run, "replay.py")
     result = run.result
     if result.stopped:
-        fail(prefix + tr("step8.still_running", seconds=result.seconds))
+        fail(prefix + tr("step8.still_running", how=result.describe()))
     if result.returncode != 0:
         fail(f"{prefix}{observe.how_it_ran(run)}")
     if dlq_left:
