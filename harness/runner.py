@@ -12,6 +12,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
 import redis
 
 from retrylab import i18n, keyspace
@@ -149,6 +150,7 @@ class Progress:
 
 
 _CPU_NOISE = 0.015   # /proc counts CPU in ticks (10 ms): a tick's rounding is not activity
+
 
 class LearnerRunner:
     def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None):
