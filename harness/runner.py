@@ -21,7 +21,7 @@ from retrylab.calllog import Call, CallLog
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
-from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never
+from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never, read_keys
 
 TASKPROC = Path(__file__).resolve().parent.parent / "fixtures" / "taskproc.py"
 try:  # installed (non-editable): fixtures live inside the package
@@ -119,6 +119,9 @@ class Progress:
             return []
         if self.sandbox is not None and self.sandbox.learner_running():
             return []
+        keys = [k for c in pending for k in (read_keys(c) or ())]
+        if (keys and self.client.exists(*keys)) or self.proxy.replies_in_flight():
+            return []   # something to take, or taken and its reply on its way: the learner is not stuck
         return pending
 
     # -- what stop conditions read ---------------------------------------------------------------

@@ -6,8 +6,9 @@ may get no CPU for seconds, and a run stopped then would be judged on work it ne
 to do. What counts:
 
 - it exited (the sandbox sees that; no condition is needed);
-- `blocked()`: it waits in a blocking read (BLPOP, BRPOPLPUSH, XREAD ... BLOCK, ...) on the relay,
-  sends nothing else, and its processes use no CPU between two looks; `blocked(forever=True)`: such
+- `blocked()`: it waits in a blocking read (BLPOP, BRPOPLPUSH, XREAD ... BLOCK, ...) on the relay
+  on keys that are empty, no reply is on its way through the relay, it sends nothing else, and its
+  processes use no CPU and have no thread ready to run between two looks; `blocked(forever=True)`: such
   a read has no timeout, so nothing but another client could ever wake it;
 - `no_progress(cpu=S)`: neither the keyspace nor the call log changed while its processes had S
   seconds of CPU, counted from its first broker command (an interpreter starting on a starved CPU
@@ -37,7 +38,7 @@ from typing import Callable
 from retrylab.proxy import Command
 
 __all__ = ["BLOCKING_READS", "Reason", "Stop", "StopCondition", "blocked", "is_blocking_read", "never",
-           "no_progress", "read_timeout", "repeated_read", "when"]
+           "no_progress", "read_keys", "read_timeout", "repeated_read", "when"]
 
 
 class Reason(str, enum.Enum):
@@ -152,6 +153,22 @@ def read_timeout(command: Command) -> float | None:
         return float(args[upper.index(b"BLOCK") + 1]) / 1000.0
     except (IndexError, ValueError):
         return None
+
+
+def read_keys(command: Command) -> list[bytes] | None:
+    """The keys a list or sorted-set blocking read waits on (None: another kind, e.g. XREAD, whose
+    stream exists even when nothing new is in it)."""
+    name, args = command.name, command.args
+    try:
+        if name in ("BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX"):
+            return list(args[1:-1])
+        if name in ("BRPOPLPUSH", "BLMOVE"):
+            return [args[1]]
+        if name in ("BLMPOP", "BZMPOP"):
+            return list(args[3:3 + int(args[2])])
+    except (IndexError, ValueError):
+        pass
+    return None
 
 
 def is_blocking_read(command: Command) -> bool:
