@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import os
+from select import select as _readable  # batch.select is the shard selection
 import signal
 import subprocess
 import sys
@@ -50,6 +51,10 @@ from retrylab.reporters.bounds import neutral
 
 STATE_SUFFIX = ".state.jsonl"
 OVERHEAD = 30.0         # per-submission wall limit beyond its steps' limits: interpreter, backend, pytest
+# The per-submission limit counts from when the grading process is up (its interpreter started and
+# its imports done): on a busy machine starting an interpreter can take many seconds, which says
+# nothing about the submission. Starting has a bound of its own, this generous.
+START_LIMIT = 300.0
 TERM_GRACE = 5.0        # after SIGTERM, time for a grading to stop its learner processes and Redis
 REASON_LIMIT = 300
 FEEDBACK_LIMIT = 1000   # characters of the CSV's feedback column; the JSON gradebook has the whole messages
@@ -369,17 +374,29 @@ def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Pa
         command += ["--step-timeout", repr(config.step_timeout)]
     limit = config.wall_limit()
     started = time.monotonic()
+    ready_r, ready_w = os.pipe()
     with errlog.open("wb") as err:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
-        running.add(proc)
         try:
+            proc = subprocess.Popen([*command, "--ready-fd", str(ready_w)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                    pass_fds=(ready_w,))
+        except BaseException:
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(ready_w)
+        running.add(proc)
+        timed_out = not_started = False
+        try:
+            with open(ready_r, "rb") as ready:  # a byte once it is up; EOF if it exits first
+                not_started = not _readable([ready], [], [], START_LIMIT)[0]
+            if not_started:
+                raise subprocess.TimeoutExpired(command, START_LIMIT)
             proc.wait(timeout=limit)
-            timed_out = False
             with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
                 os.killpg(proc.pid, signal.SIGKILL)
         except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = not not_started
             _stop(proc)
         finally:
             running.discard(proc)
@@ -387,6 +404,8 @@ def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Pa
     lang = config.lang  # labels are given it: this runs in a pool's thread, outside the caller's i18n.use
     if running.cancelled:
         return error_row(submission, i18n.label("batch.interrupted", lang), seconds, config)
+    if not_started:
+        return error_row(submission, i18n.label("batch.not_started", lang, limit=START_LIMIT), seconds, config)
     if timed_out:
         return error_row(submission, i18n.label("batch.wall_limit", lang, limit=limit), seconds, config)
     try:
@@ -497,9 +516,13 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE)
     parser.add_argument("--step-timeout", type=float)
     parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None)
+    parser.add_argument("--ready-fd", type=int, help="write a byte here once up: the wall limit starts then")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, interrupt)
     from retrylab.grading import grade
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"1")
+        os.close(args.ready_fd)
     report = grade(args.submission, backend=args.backend, exercise_id=args.exercise,
                    step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
     _write_atomically(args.result, json.dumps(dataclasses.asdict(report), ensure_ascii=False))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from typing import Sequence
@@ -23,8 +24,8 @@ from retrylab.verdict import CheckFailed
 # A learner run ends this long before the step's deadline: time to stop its process group
 # (SIGTERM, then SIGKILL after half a second) and collect what it did.
 RUN_MARGIN = 0.75
-# How often a deferred alarm looks again while a learner run finishes.
-_RECHECK = 0.1
+# How soon a deferred alarm fires once the shield that held it is left.
+_SOON = 0.001
 
 
 class StepTimeLimit(CheckFailed):
@@ -62,6 +63,9 @@ class StepClock:
         self._deadline: float | None = None
         self._cut: list[str] = []       # what the limit stopped in the current phase
         self._shield = 0
+        self._overdue = False           # the alarm came while shielded: fire it when the shield is left
+        self._alarmed = False           # the alarm's handler is installed (main thread, in a phase)
+        self._exit_site = None          # (frame, instruction) that called the last shield's __exit__
         self.timings: list = []         # RunTiming of each learner run in the current phase
 
     # -- the current phase --------------------------------------------------------------------
@@ -106,34 +110,79 @@ class StepClock:
         return describe_limit(self._label, self._limit, self._cut)
 
     # -- enforcement in check code --------------------------------------------------------------
-    @contextlib.contextmanager
-    def shielded(self):
+    def shielded(self) -> "_Shield":
         """A learner run is in progress: it is bounded by `remaining()` and stops itself."""
-        self._shield += 1
-        try:
-            yield
-        finally:
-            self._shield -= 1
+        return _Shield(self)
+
+    def _on_alarm(self, signum, frame) -> None:
+        """SIGALRM: the step's time is up. Inside a shield, or on the way out of one, the alarm is
+        put off until the code after the shield's `with` statement runs."""
+        if self._shield:
+            self._overdue = True     # the shield's exit arms the alarm again
+            return
+        if _leaving(frame, self._exit_site):
+            signal.setitimer(signal.ITIMER_REAL, _SOON)
+            return
+        raise StepTimeLimit(self.message(), self._key)
 
     @contextlib.contextmanager
     def _alarm(self, at: float):
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             yield  # no signals here: learner runs are still bounded, and overruns are judged after
             return
-
-        def on_alarm(signum, frame):
-            if self._shield:
-                signal.setitimer(signal.ITIMER_REAL, _RECHECK)
-                return
-            raise StepTimeLimit(self.message(), self._key)
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
+        self._overdue = False
+        previous = signal.signal(signal.SIGALRM, self._on_alarm)
         started = time.monotonic()
         other, _ = signal.setitimer(signal.ITIMER_REAL, max(0.001, at - started))
+        self._alarmed = True
         try:
             yield
         finally:
+            self._alarmed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
             if other:  # someone else's timer (e.g. a test runner's) was running: give it back
                 signal.setitimer(signal.ITIMER_REAL, max(0.001, other - (time.monotonic() - started)))
+
+
+class _Shield:
+    """`with clock.shielded():` - the alarm waits while the block runs, and fires after the `with`
+    statement if the step's time ran out meanwhile.
+
+    Why the exit is guarded: a Python signal handler runs at the next check of the interpreter's
+    eval loop, and one such check comes right after `__exit__` returns, still inside the caller's
+    `with` statement. An alarm raised there leaves the `with` as if from inside the shielded block,
+    so a `try` around the block catches it: the step's one alarm is spent and the code after runs on
+    without a limit (test_the_alarm_waits_while_a_learner_run_stops_itself_then_fires failed so,
+    'DID NOT RAISE'). The handler therefore also waits while the interrupted frame is this exit or
+    the caller still at the call to it (`_leaving`)."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: StepClock):
+        self.clock = clock
+
+    def __enter__(self) -> None:
+        self.clock._shield += 1
+
+    def __exit__(self, *exc) -> None:
+        clock = self.clock
+        caller = sys._getframe(1)
+        clock._exit_site = (caller, caller.f_lasti)
+        clock._shield -= 1
+        if not clock._shield and clock._overdue and clock._alarmed:
+            clock._overdue = False
+            signal.setitimer(signal.ITIMER_REAL, _SOON)
+
+
+_EXIT_CODE = _Shield.__exit__.__code__
+
+
+def _leaving(frame, exit_site) -> bool:
+    """Whether `frame` (where a signal handler interrupted) is a shield's exit, or the caller of the
+    last shield exit still at the instruction that called it."""
+    if frame is None:
+        return False
+    if frame.f_code is _EXIT_CODE:
+        return True
+    return exit_site is not None and frame is exit_site[0] and frame.f_lasti == exit_site[1]

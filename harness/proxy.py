@@ -31,8 +31,12 @@ Design notes:
 from __future__ import annotations
 
 import collections
+import fcntl
 import os
+import platform
 import socket
+import struct
+import termios
 import threading
 import time
 from dataclasses import dataclass
@@ -119,6 +123,34 @@ def _redacted(args: tuple[bytes, ...]) -> tuple[bytes, ...]:
             if at < len(args):
                 return args[:at] + (REDACTED,) + args[at + 1:]
     return args
+
+
+def _unread_bytes(sock: socket.socket) -> int | None:
+    """Bytes received on `sock` and not yet read (None: cannot tell, e.g. it was closed)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return None
+
+
+# Linux syscalls a relay thread waiting for data sits in (read, poll, select, recvfrom, recvmsg, ...)
+_READ_SYSCALLS = {"x86_64": {0, 7, 23, 45, 47, 232, 270, 271, 281},
+                  "aarch64": {63, 73, 72, 207, 212, 22}}.get(platform.machine())
+
+
+def _reading(native_id: int | None) -> bool:
+    """Whether the thread is blocked in a read (from /proc/self/task/TID/syscall); True where the
+    kernel or the architecture cannot say (then unread bytes alone are looked at)."""
+    if native_id is None:
+        return False
+    if _READ_SYSCALLS is None:
+        return True
+    try:
+        with open(f"/proc/self/task/{native_id}/syscall") as f:
+            first = f.read().split(maxsplit=1)[0]
+    except (OSError, IndexError):
+        return True
+    return first.isdigit() and int(first) in _READ_SYSCALLS
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -682,6 +714,27 @@ class RecordingProxy:
                 self._commands[start:start + len(made)] = made
                 self._materialized = start + len(made)
                 return self._commands[:start + len(made)]
+
+    def replies_followed(self) -> bool:
+        """Whether every open connection's replies are followed, so that `pending()` tells everything
+        the learner waits for (a connection in RESP2 pub/sub mode, say, may wait unseen)."""
+        with self._lock:
+            return all(conn.tracking for conn in self._conns.values() if not conn.closing)
+
+    def replies_in_flight(self) -> bool:
+        """Whether a reply to a pending command may already be on its way through the relay: bytes
+        wait unread on its server socket, or the thread that relays them is not blocked reading
+        (it has read a reply and not yet parsed it: on a busy machine it may wait long for the GIL or
+        a CPU). Only when this is False does `pending()` mean the server has not answered."""
+        with self._lock:
+            conns = [c for c in self._conns.values()
+                     if c.tracking and any(type(r) is tuple for r in c.pending)]
+        for conn in conns:
+            upstream = conn.upstream
+            relay = next((t for t in list(conn.threads) if t.name.endswith("-out")), None)
+            if upstream is None or relay is None or _unread_bytes(upstream) != 0 or not _reading(relay.native_id):
+                return True
+        return False
 
     def pending(self) -> list[Command]:
         with self._lock:

@@ -14,18 +14,18 @@ import importlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import redis
 
 from retrylab import i18n, keyspace
-from retrylab.appchannel import AppChannel, Application, RunClock, VirtualTime
+from retrylab.appchannel import AppChannel, Application, RunClock, VirtualTime, describe_call_limit
 from retrylab.backends import Endpoint
 from retrylab.calllog import Call
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
 from retrylab.relay_guard import AdminGuard
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
+from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never, read_keys
 
 # The application a run gets when its check names none (scripts that seed nothing: replay.py, tests):
 # "module:factory", imported when first needed. A check passes its own with what it seeded.
@@ -44,8 +44,12 @@ class RunTiming:
     prepare: float              # copying the submission, starting the recording proxy
     first_command: float | None  # process start to its first Redis command (interpreter, imports, connect)
     run: float                  # the process's whole life, start to exit or stop
-    settle: float               # of `run`: waiting after the last change before deciding a worker had settled
+    settle: float               # of `run`: from the last change it saw to the stop condition's yes
     cleanup: float              # stopping the process group, closing the proxy, removing the copy
+    cpu: float | None = None    # CPU seconds the learner's processes had (user + system)
+    reason: str = "exited"      # why it ended (a retrylab.settle.Reason value)
+    attempts: int = 1           # 2: re-run once, the first run stopped before its first broker command
+    cut: bool = False           # stopped by the step's time limit
 
 
 @dataclass(frozen=True)
@@ -62,16 +66,33 @@ class ScriptRun:
         return self.result is None
 
 
-class Progress:
-    """A live view of a running script, for stop conditions."""
+class RunNotStarted(RuntimeError):
+    """A learner run was stopped by a wall-clock limit before it could start (no broker command,
+    hardly any CPU), and a second run could not start either, or the step's own limit stopped it:
+    the machine gave it no chance to work, which says nothing about the learner's code."""
 
-    def __init__(self, client: redis.Redis, channel: AppChannel, proxy: RecordingProxy):
+
+class Progress:
+    """A live view of a running script, for stop conditions (retrylab.settle).
+
+    `look()` is called once before each time the conditions are asked; it notes when the keyspace's
+    shape or the call log last changed, and the learner's CPU time then, so that "no progress" is
+    counted in CPU time the learner had, from its first broker command on."""
+
+    def __init__(self, client: redis.Redis, channel: AppChannel, proxy: RecordingProxy,
+                 sandbox: Sandbox | None = None):
         self.client = client
         self.channel = channel
         self.proxy = proxy
+        self.sandbox = sandbox
         self._signature = None
         self._changed_at = time.monotonic()
-        self.stopped_at: float | None = None    # when the stop condition said "settled"
+        self._cpu = 0.0
+        self._cpu_at_change: float | None = None    # None until the first broker command
+        self._commands_at_change = 0
+        self._calm: tuple | None = None             # what the relay and /proc showed at the last look
+        self._blocked: list[Command] = []
+        self.stopped_at: float | None = None        # when the stop condition said "stop"
 
     def calls(self) -> list[Call]:
         return self.channel.calls()
@@ -79,22 +100,67 @@ class Progress:
     def keyspace(self) -> dict[bytes, keyspace.KeyContent]:
         return keyspace.dump(self.client)
 
-    def quiet_for(self) -> float:
-        """Seconds since the keyspace's shape or the record of calls last changed."""
+    def commands(self) -> list[Command]:
+        return self.proxy.commands()
+
+    # -- what the runner updates once per look ---------------------------------------------------
+    def look(self) -> None:
+        self._cpu = self.sandbox.learner_cpu() if self.sandbox else 0.0
+        if not self.started():
+            return
         signature = (keyspace.shape(self.client), len(self.channel.record))
-        now = time.monotonic()
-        if signature != self._signature:
-            self._signature, self._changed_at = signature, now
-        return now - self._changed_at
+        if signature != self._signature or self._cpu_at_change is None:
+            self._signature, self._changed_at, self._cpu_at_change = signature, time.monotonic(), self._cpu
+            self._commands_at_change = len(self.proxy.commands())
+        self._blocked = self._look_blocked()
+
+    def _look_blocked(self) -> list[Command]:
+        """The blocking reads the learner waits in, if that is all it does: the same ones as at the
+        last look, nothing else crossed the relay, no CPU in between, no thread ready to run."""
+        pending = self.proxy.pending()
+        if not pending or not all(is_blocking_read(c) for c in pending) or not self.proxy.replies_followed():
+            self._calm = None
+            return []
+        state = (tuple(c.seq for c in pending), self.proxy.activity)
+        previous, self._calm = self._calm, (state, self._cpu)
+        if previous is None or previous[0] != state or self._cpu - previous[1] > _CPU_NOISE:
+            return []
+        if self.sandbox is not None and self.sandbox.learner_running():
+            return []
+        keys = [k for c in pending for k in (read_keys(c) or ())]
+        if (keys and self.client.exists(*keys)) or self.proxy.replies_in_flight():
+            return []   # something to take, or taken and its reply on its way: the learner is not stuck
+        return pending
+
+    # -- what stop conditions read ---------------------------------------------------------------
+    def started(self) -> bool:
+        """Whether the learner has sent its first broker command."""
+        return self.proxy.activity > 0
+
+    def cpu(self) -> float:
+        """CPU seconds the learner's processes have had, as of the last look."""
+        return self._cpu
+
+    def cpu_since_change(self) -> float:
+        """CPU seconds the learner had since its first broker command or the last change, whichever
+        is later (0.0 before its first command)."""
+        return 0.0 if self._cpu_at_change is None else self._cpu - self._cpu_at_change
+
+    def commands_since_change(self) -> list[Command]:
+        return self.proxy.commands()[self._commands_at_change:]
+
+    def blocked_reads(self) -> list[Command]:
+        """The blocking reads the learner waits in with nothing else going on ([] if it does more)."""
+        return self._blocked
 
     def settle_wait(self) -> float:
-        """How long the stop condition waited after the last change it saw."""
-        if self.stopped_at is None or self._signature is None:  # exited by itself, or stopped on another ground
+        """Real time from the last change the conditions saw to their "stop"."""
+        if self.stopped_at is None or self._signature is None:  # exited by itself, or stopped before a change
             return 0.0
         return max(0.0, self.stopped_at - self._changed_at)
 
 
-StopCondition = Callable[[Progress], bool]
+_CPU_NOISE = 0.015   # /proc counts CPU in ticks (10 ms): a tick's rounding is not activity
 
 
 class LearnerRunner:
@@ -106,27 +172,42 @@ class LearnerRunner:
     def run(self, script: str, endpoint: Endpoint, *, timeout: float,
             stop_when: StopCondition | None = None, app: Application | None = None,
             run_clock: RunClock | None = None) -> ScriptRun:
-        """Run `script` until it exits, `stop_when` says it has settled, it makes more calls of the
-        application than the channel allows, or `timeout` seconds pass (fewer if the current step's
-        time limit comes first: the run is then cut short and the clock is told, so the step fails
-        for its time limit). `app` decides the application module's calls (by default
-        DEFAULT_APPLICATION's, knowing no seeded message); `run_clock` is the run's virtual clock."""
+        """Run `script` until it exits, `stop_when` (retrylab.settle) says to stop it, it makes more
+        calls of the application than the channel allows, or `timeout` seconds pass: an outer bound
+        for a run that does not finish, fewer if the current step's time limit comes first (the run is
+        then cut short and the clock is told, so the step fails for its time limit). A run that a
+        wall-clock limit stopped before it could start (`_starved`) is run once more; if that happens
+        again, or the step's limit stopped it, `RunNotStarted` (a harness-side error, not a verdict).
+        `app` decides the application module's calls (by default DEFAULT_APPLICATION's, knowing no
+        seeded message); `run_clock` is the run's virtual clock."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
+        stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
+        app = app or default_application()
+        run_clock = run_clock or RunClock()
+        first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock)
+        if not _starved(first):
+            return first
+        again = None if first.timing.cut else self._run_once(script, endpoint, timeout, stop_when, app, run_clock,
+                                                               attempt=2)
+        if again is None or _starved(again):
+            raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0))
+        return again
+
+    def _run_once(self, script: str, endpoint: Endpoint, timeout: float, stop_when: StopCondition,
+                  app: Application, run_clock: RunClock, attempt: int = 1) -> ScriptRun:
         left = self.clock.remaining() if self.clock else None
         by_step_limit = left is not None and left - RUN_MARGIN < timeout
         if by_step_limit:
             timeout = max(0.0, left - RUN_MARGIN)
         began = time.monotonic()
-        app = app or default_application()
-        run_clock = run_clock or RunClock()
         # TIME answers in the run's virtual time (a worker may take first_seen_at from Redis)
         guard = VirtualTime(run_clock, AdminGuard(endpoint.db, shared=endpoint.shared))
         with RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
                 AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel, \
                 endpoint.client() as client:
-            progress = Progress(client, channel, proxy)
+            progress = Progress(client, channel, proxy, sandbox)
             env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
                    "RETRYLAB_REDIS_DB": str(endpoint.db),
                    "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
@@ -140,25 +221,50 @@ class LearnerRunner:
             # a server the user named (url backend) may need them; the proxy relays bytes as they are
             env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
                         (("username", endpoint.username), ("password", endpoint.password)) if v})
+            stops: list[Stop] = []
+            cpu = [0.0]
 
-            def settled() -> bool:  # stop_when, noting when it said yes (for RunTiming.settle)
-                if channel.over_limit:
-                    return True     # a flood of calls: stopped whatever the learner is doing
-                if stop_when is not None and stop_when(progress):
-                    progress.stopped_at = time.monotonic()
+            def settled() -> bool:  # stop_when, noting why and when it said yes
+                if channel.over_limit:   # a flood of calls: stopped whatever the learner is doing
+                    stops.append(Stop(Reason.CAP, describe_call_limit(script, channel.record.limit)))
                     return True
-                return False
+                progress.look()
+                cpu[0] = progress.cpu()
+                stop = stop_when.check(progress)
+                if stop is None:
+                    return False
+                stops.append(stop)
+                progress.stopped_at = time.monotonic()
+                return True
             prepared, wall_start = time.monotonic(), time.time()
             with self.clock.shielded() if self.clock else contextlib.nullcontext():
                 result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
-            done = ScriptRun(result=result, calls=tuple(channel.calls()), commands=tuple(proxy.commands()),
+            commands = tuple(proxy.commands())
+            reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
+            result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0],
+                                         detail=stops[-1].detail if stops and result.stopped else "")
+            done = ScriptRun(result=result, calls=tuple(channel.calls()), commands=commands,
                              call_limit=channel.record.limit if channel.over_limit else None)
             finished = time.monotonic()
         first = done.commands[0].at - wall_start if done.commands else None
         timing = RunTiming(script=script, prepare=prepared - began, first_command=first, run=result.seconds,
-                           settle=progress.settle_wait(), cleanup=time.monotonic() - finished)
+                           settle=progress.settle_wait(), cleanup=time.monotonic() - finished,
+                           cpu=cpu[0], reason=reason.value, attempts=attempt,
+                           cut=by_step_limit and result.stopped == "timeout")
         if self.clock:
             self.clock.timings.append(timing)
-            if by_step_limit and result.stopped == "timeout":
+            if timing.cut:
                 self.clock.cut(i18n.label("run.cut", script=script))
         return dataclasses.replace(done, timing=timing)
+
+
+# CPU seconds: a run stopped by a wall-clock limit with less than this, and no broker command, never
+# got going (an interpreter with its imports needs about 0.2 s): the machine starved it.
+STARVED_CPU = 0.5
+
+
+def _starved(run: ScriptRun) -> bool:
+    """Stopped by a wall-clock limit (its own, or the step's), not by what it did, before its first
+    broker command and with too little CPU to have started: a verdict on it would be one on the machine."""
+    result = run.result
+    return result.stopped == "timeout" and not run.commands and (result.cpu or 0.0) < STARVED_CPU

@@ -60,7 +60,8 @@ from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, 
                                  processes_of_uid)
 
 __all__ = ["CappedBuffer", "Containment", "Limits", "Sandbox", "SandboxError", "ScriptResult",
-           "containment", "descendants", "find_processes", "isolation_problem", "processes_of_uid", "sweep"]
+           "containment", "descendants", "find_processes", "isolation_problem", "process_tree_cpu",
+           "processes_of_uid", "sweep"]
 
 SITE_DIR = Path(__file__).resolve().parent / "learner_site" / "pythonpath"
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
@@ -147,6 +148,9 @@ class ScriptResult:
     limit: str | None = None    # the resource limit it hit, as a learner reads it ("the 1 GiB memory limit"),
                                 # in the language current when it ran
     peak_processes: int | None = None
+    reason: str | None = None   # why the harness stopped it (a retrylab.settle.Reason value), if it did
+    detail: str = ""            # what the stop condition saw, for the message (e.g. the read it waits in)
+    cpu: float | None = None    # CPU seconds its processes had (None: not measured)
 
     @property
     def crashed(self) -> bool:
@@ -159,6 +163,8 @@ class ScriptResult:
             return i18n.label("run.limit_timeout" if self.stopped == "timeout" else "run.limit", **facts)
         if self.stopped == "timeout":
             text = i18n.label("run.timeout", **facts)
+        elif self.stopped == "settled" and self.reason:
+            text = i18n.label(f"run.stop.{self.reason}", detail=self.detail, **facts)
         elif self.stopped == "settled":
             text = i18n.label("run.settled", **facts)
         elif self.returncode is not None and self.returncode < 0:
@@ -469,6 +475,7 @@ class Sandbox:
         self.root: Path | None = None
         self.uid: int | None = None
         self.gid: int | None = None
+        self._supervisor: int | None = None    # pid of the current run's supervisor, while it runs
 
     @property
     def containment(self) -> Containment:
@@ -520,6 +527,19 @@ class Sandbox:
         """Where the harness binds a unix socket for the learner's processes (root-owned folder:
         they can connect, not replace it)."""
         return self.socket_dir / name
+
+    def learner_cpu(self) -> float:
+        """CPU seconds (user + system) the current run's learner processes have had so far: every
+        descendant of its supervisor, and those that ended and were reaped. 0.0 between runs.
+        Unlike real time, a busy machine does not make this grow."""
+        pid = self._supervisor
+        return process_tree_cpu(pid) if pid is not None else 0.0
+
+    def learner_running(self) -> bool:
+        """Whether a thread of the current run's learner processes is running or ready to run (state
+        R): on a busy machine a thread can wait seconds for a CPU, and must not be taken for idle."""
+        pid = self._supervisor
+        return pid is not None and process_tree_running(pid)
 
     def has(self, script: str) -> bool:
         return (self.workdir / script).is_file()
@@ -577,6 +597,7 @@ class Sandbox:
         out, err = CappedBuffer(self.limits.output_bytes), CappedBuffer(self.limits.output_bytes)
         readers = [_drain(proc.stdout, out), _drain(proc.stderr, err)]
         stopped = None
+        self._supervisor = proc.pid
         try:
             try:
                 while proc.poll() is None:
@@ -600,6 +621,7 @@ class Sandbox:
                 reader.join(timeout=2)
             report = _read_report(status_r)
         finally:
+            self._supervisor = None
             os.close(status_r)
             if cgroup:
                 _remove_cgroup(cgroup)
@@ -688,6 +710,76 @@ class Sandbox:
         if "Resource temporarily unavailable" in tail or "can't start new thread" in tail:
             return limits.phrase("processes")  # fork or thread creation refused (EAGAIN)
         return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_times(pid: int) -> tuple[int, int, int, int] | None:
+    """utime, stime, cutime, cstime of `pid` in clock ticks (/proc/PID/stat), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _children(pid: int) -> list[int]:  # /proc/PID/task/TID/children: cheaper than the whole table
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def process_tree_cpu(root: int) -> float:
+    """CPU seconds of every process below `root` (their own and their reaped children's), plus what
+    `root` reaped (the supervisor, a subreaper, reaps whatever the script leaves): `root`'s own time
+    is not counted. Read from the host's /proc, which sees into the learner's namespaces."""
+    own = _stat_times(root)
+    if own is None:
+        return 0.0
+    ticks = own[2] + own[3]
+    for pid in _tree(root):
+        times = _stat_times(pid)
+        ticks += sum(times) if times else 0
+    return ticks / _TICK
+
+
+def _tree(root: int) -> list[int]:
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return descendants(root)
+    found, todo = [], _children(root)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(_children(pid))
+    return found
+
+
+def process_tree_running(root: int) -> bool:
+    """Whether any thread of any process below `root` is running or runnable (state R)."""
+    for pid in _tree(root):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                    if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
+                        return True
+            except (OSError, IndexError):
+                continue
+    return False
 
 
 def _tasks_of_uid(uid: int) -> int:

@@ -38,7 +38,7 @@ SECRETS = {"GITHUB_TOKEN": "ghp_retrylabHostileTestSecret0123456789",
 LIMITS = {"memory-hog": "the 1 GiB memory limit", "huge-file": "the 256 MiB file size limit",
           "fork-bomb": "the limit of 64 processes"}
 WORKER_STEPS = (1, 2, 6, 7)
-SETTLED = r"worker\.py (kept running after its work was done|was stopped once nothing)"  # stopped, quiet
+SETTLED = r"worker\.py (kept running after its work was done|was waiting in a blocking read|was stopped: )"  # run.stop
 DAEMON_CODE = b"while True: time.sleep(3600)"
 
 

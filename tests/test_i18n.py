@@ -585,6 +585,22 @@ def test_how_a_script_ended_and_the_limit_it_hit_are_said_in_the_language():
             _assert_in_language(lang, text)
 
 
+def test_why_the_harness_stopped_a_script_is_said_in_the_language():
+    from retrylab.sandbox import ScriptResult
+    from retrylab.settle import Reason
+
+    reasons = [r for r in Reason if r not in (Reason.EXITED, Reason.WALL)]  # those two say it without a reason
+    for lang in i18n.LANGUAGES:
+        with i18n.use(lang):
+            told = [ScriptResult(script="worker.py", returncode=None, stopped="settled", stdout="", stderr="",
+                                 seconds=3.0, reason=r.value, detail="BLPOP q 0").describe() for r in reasons]
+            told.append(i18n.label("run.not_started", script="worker.py", cpu=0.1))
+        assert len(set(told)) == len(told)
+        for text in told:
+            assert "worker.py" in text
+            _assert_in_language(lang, text)
+
+
 @pytest.mark.parametrize("lang, counts", [
     ("en", {1: "the limit of 1 process", 16: "the limit of 16 processes"}),
     ("ru", {1: "лимит в 1 процесс", 3: "лимит в 3 процесса", 64: "лимит в 64 процесса",

@@ -37,7 +37,6 @@ import json
 import re
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -46,11 +45,13 @@ import pytest
 from retrylab import keyspace
 from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq.messages import decode_json, message_id, tr
+from retrylab.checks.backoff_dlq.settling import ONE_SHOT, RUN_TIMEOUT, every_message_accounted, worker_settled
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc import SECONDS_PER_CALL
 from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.proxy import Command
-from retrylab.runner import Progress, ScriptRun
+from retrylab.runner import ScriptRun
+from retrylab.settle import Reason, when
 
 MAX_ATTEMPTS = 5
 TRANSIENT = ("bad", "timeout", "unavailable", "throttled")   # retried until the limit, then the DLQ
@@ -74,8 +75,7 @@ ZERO_WAITS = 0.1        # all waits of the failing message together below this: 
 EQUAL_WAITS = 0.05      # every wait within this of the others: the wait does not grow or vary
 BLOCKED = 0.25          # waiting this long while good messages were ready: the queue was held up
 ALERT_DEPTH = 3         # entries in the DLQ for the second run of alert.py
-ALERT_TIMEOUT = 10.0    # seconds each run of alert.py may take
-ALERT_QUIET = 2.0       # an alert still running this long after Redis went quiet is a loop, not a check
+ALERT_TIMEOUT = 10.0    # outer bound, real seconds, of each run of alert.py (settling.ONE_SHOT stops loops)
 
 # Commands that take values out of a list (or the whole key), with where their keys are.
 _FIRST_KEY = {"LPOP", "RPOP", "LREM", "LTRIM", "LMOVE", "BLMOVE", "RPOPLPUSH", "BRPOPLPUSH",
@@ -141,40 +141,6 @@ class AdvancedRun:
         return [v for v in (self.dlq.values if self.dlq else ()) if message["id"].encode() in v]
 
 
-def _settled(batch: list[dict], cancelled: threading.Event):
-    # The same notion of "settled" as worker_run's (imported here: conftest.py imports this module).
-    from retrylab.checks.backoff_dlq.conftest import LONG_QUIET, QUIET, RETRIES_FOREVER
-    ids = [m["id"] for m in batch]
-
-    def stop(progress: Progress) -> bool:
-        if cancelled.is_set():
-            return True                      # the grading ended (interrupted, or a step's limit) first
-        calls = progress.calls()
-        counts = Counter(c.id for c in calls)
-        if counts and max(counts.values()) > RETRIES_FOREVER:
-            return True                      # something is retried (or replayed) without end
-        quiet = progress.quiet_for()
-        if quiet >= LONG_QUIET:
-            return True
-        if quiet < QUIET:
-            return False
-        content = progress.keyspace()
-        if messages.QUEUE.encode() in content:
-            return False
-        ok = {c.id for c in calls if c.outcome == "ok"}
-        dlq = content.get(messages.DLQ.encode())
-
-        def accounted(message_id: str) -> bool:
-            needle = message_id.encode()
-            if message_id in ok or (dlq is not None and any(needle in v for v in dlq.values)):
-                return True
-            return counts[message_id] > 0 and not keyspace.mentions(content, needle)  # dropped
-
-        return all(accounted(i) for i in ids)
-
-    return stop
-
-
 def run_alerts(learner, redis_backend, cancelled: threading.Event) -> tuple[AlertRun, ...]:
     """`python alert.py` against one private Redis: with the DLQ empty, then with ALERT_DEPTH entries."""
     runs = []
@@ -186,7 +152,7 @@ def run_alerts(learner, redis_backend, cancelled: threading.Event) -> tuple[Aler
                                                                     error="kind=bad is rejected by taskproc")
                                              for _ in range(entries)))
             run = learner.run("alert.py", endpoint, timeout=ALERT_TIMEOUT,
-                              stop_when=lambda progress: cancelled.is_set() or progress.quiet_for() > ALERT_QUIET)
+                              stop_when=when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | ONE_SHOT)
             left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else None
             runs.append(AlertRun(entries=entries, run=run, left=left))
             if run.missing or cancelled.is_set():
@@ -237,7 +203,6 @@ def _unclocked(learner):
 
 
 def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
-    from retrylab.checks.backoff_dlq.conftest import RUN_TIMEOUT
     alerts = None
     if redis_backend.independent_privates:  # else one server (or database) is emptied for each private Redis
         alerts = Alongside(lambda c: run_alerts(_unclocked(learner), redis_backend, c), "retrylab-alert-runs",
@@ -251,7 +216,8 @@ def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
             client.rpush(messages.DLQ, entry)
             client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
             seeded_at = time.time()
-            run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch, cancelled),
+            run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT,
+                              stop_when=worker_settled(every_message_accounted(batch), cancelled),
                               app=TaskprocApp(seeded=[*batch, preseeded]))
             content = keyspace.dump(client)
         alert_runs = alerts.result() if alerts else run_alerts(learner, redis_backend, cancelled)

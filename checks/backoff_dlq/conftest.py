@@ -16,15 +16,11 @@ import pytest
 from retrylab import keyspace
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc_app import TaskprocApp
-from retrylab.runner import Progress, ScriptRun
+from retrylab.runner import ScriptRun
 
 from retrylab.checks.backoff_dlq import advanced
 from retrylab.checks.backoff_dlq.advanced import advanced_run  # noqa: F401 - a session fixture: the advanced checks' shared run
-
-RUN_TIMEOUT = 15.0          # seconds of real time a worker run may take
-QUIET = 0.3                 # done and nothing changed for this long: the worker has settled
-LONG_QUIET = 2.5            # not done, but nothing changed for this long: it will not get there
-RETRIES_FOREVER = 25        # calls of process for one message that mean "never gives up"
+from retrylab.checks.backoff_dlq.settling import RUN_TIMEOUT, lab_done, worker_settled
 
 
 @dataclass(frozen=True)
@@ -48,29 +44,6 @@ class WorkerRun:
         return Counter(c.id for c in self.run.calls)
 
 
-def _settled(batch: list[dict]):
-    goods = [m["id"] for m in batch if m["kind"] == "good"]
-    bad = next(m["id"] for m in batch if m["kind"] == "bad")
-
-    def stop(progress: Progress) -> bool:
-        calls = progress.calls()
-        counts = Counter(c.id for c in calls)
-        if counts and max(counts.values()) > RETRIES_FOREVER:
-            return True
-        quiet = progress.quiet_for()
-        if quiet >= LONG_QUIET:
-            return True
-        if quiet < QUIET:
-            return False
-        done = {c.id for c in calls if c.outcome == "ok"}
-        content = progress.keyspace()
-        dlq = content.get(messages.DLQ.encode())
-        return (all(g in done for g in goods) and messages.QUEUE.encode() not in content
-                and dlq is not None and any(bad.encode() in v for v in dlq.values))
-
-    return stop
-
-
 @pytest.fixture(scope="session")
 def worker_run(request, learner, redis_backend) -> WorkerRun:
     advanced.start_early(request, learner, redis_backend)   # the advanced checks' own worker run, meanwhile
@@ -79,7 +52,8 @@ def worker_run(request, learner, redis_backend) -> WorkerRun:
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
         seeded_at = time.time()
-        run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT, stop_when=_settled(batch),
+        run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT,
+                          stop_when=worker_settled(lab_done(batch)),
                           app=TaskprocApp(seeded=batch))     # process decides by what was seeded
         content = keyspace.dump(client)
     return WorkerRun(seeded=tuple(batch), bad=bad, run=run, seeded_at=seeded_at,

@@ -25,7 +25,7 @@ def _problem(alert: advanced.AlertRun) -> str:
         state = tr("advanced_msg.dlq-alert.empty", dlq=DLQ)
     printed = (result.stdout + "\n" + result.stderr).strip()
     if result.stopped:
-        return tr("advanced_msg.dlq-alert.still_running", state=state, seconds=result.seconds)
+        return tr("advanced_msg.dlq-alert.still_running", state=state, how=result.describe())
     if "Traceback (most recent call last)" in result.stderr:
         return tr("advanced_msg.dlq-alert.crashed", state=state, stderr=indent(result.stderr_tail()))
     if not entries:

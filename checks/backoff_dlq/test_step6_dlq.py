@@ -2,7 +2,7 @@
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
-from retrylab.checks.backoff_dlq.conftest import RETRIES_FOREVER
+from retrylab.checks.backoff_dlq.settling import RETRIES_FOREVER
 from retrylab.checks.backoff_dlq.messages import tr
 from retrylab.fixtures.messages import DLQ, QUEUE
 from retrylab.verdict import fail

@@ -10,15 +10,14 @@ import json
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
+from retrylab.checks.backoff_dlq.settling import ONE_SHOT, worker_settled
 from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten, tr
 from retrylab.fixtures import messages
+from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(8)
-QUIET_LIMIT = 3.0   # a replay still running this long after everything went quiet is a loop
-WORKER_TIMEOUT = 5.0   # the learner's worker run on the replayed message, at most
-WORKER_DONE = 0.5      # quiet this long after calling process (not with the original): done with it
-WORKER_IDLE = 2.5      # quiet this long without calling process at all: it will not take the message
+WORKER_TIMEOUT = 5.0   # real seconds: the outer bound of the learner's worker run on the replayed message
 
 
 def _dlq_entry(worker_run) -> tuple[bytes, str]:
@@ -43,13 +42,10 @@ def _worker_unusable(worker_run) -> str:
     return ""
 
 
-def _original_reached_process(bad):
-    def stop(progress) -> bool:
-        calls = progress.calls()
-        if any(not observe.call_fields_problem(call.arg, bad) for call in calls):
-            return True
-        return progress.quiet_for() >= (WORKER_DONE if calls else WORKER_IDLE)
-    return stop
+def _called_process(progress) -> bool:
+    """The worker's work on the replayed message, for stopping it: it handed process something (the
+    original, or not: the check tells which); it is stopped once it settles after that."""
+    return bool(progress.calls())
 
 
 def _check_with_the_learners_worker(worker_run, learner, redis_backend, replayed: bytes, prefix: str) -> None:
@@ -57,7 +53,8 @@ def _check_with_the_learners_worker(worker_run, learner, redis_backend, replayed
     bad = worker_run.bad
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.QUEUE, replayed)
-        run = learner.run("worker.py", endpoint, timeout=WORKER_TIMEOUT, stop_when=_original_reached_process(bad))
+        run = learner.run("worker.py", endpoint, timeout=WORKER_TIMEOUT, stop_when=worker_settled(_called_process),
+                          app=TaskprocApp(seeded=[bad]))
     if any(not observe.call_fields_problem(call.arg, bad) for call in run.calls):
         return
     if not run.calls:
@@ -75,8 +72,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     prefix = f"{note}\n" if note else ""
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.DLQ, raw)
-        run = learner.run("replay.py", endpoint, timeout=step.timeout,
-                          stop_when=lambda progress: progress.quiet_for() > QUIET_LIMIT)
+        run = learner.run("replay.py", endpoint, timeout=step.timeout, stop_when=ONE_SHOT)
         queue = client.lrange(messages.QUEUE, 0, 10) if client.type(messages.QUEUE) == b"list" else None
         queue_type = client.type(messages.QUEUE).decode()
         dlq_left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else client.exists(messages.DLQ)
@@ -86,7 +82,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     observe.require_script(run, "replay.py")
     result = run.result
     if result.stopped:
-        fail(prefix + tr("step8.still_running", seconds=result.seconds))
+        fail(prefix + tr("step8.still_running", how=result.describe()))
     if result.returncode != 0:
         fail(f"{prefix}{observe.how_it_ran(run)}")
     if dlq_left:
