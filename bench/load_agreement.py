@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
-import fnmatch
 import json
 import os
 import shutil
@@ -39,7 +37,7 @@ import time
 from pathlib import Path
 
 from retrylab.fixtures import corpus
-from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
+from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE, find_processes
 
 TAG = f"loadbench{os.getpid()}"
 HOG = "while True: pass"
@@ -99,9 +97,9 @@ class Load:
             server.wait()
 
     def _freeze(self, seconds: float) -> None:
-        marker = f"{RUN_ID_VARIABLE}={TAG}-".encode()
+        marker = f"{RUN_ID_VARIABLE}={TAG}-"
         while not self.stopping.is_set():
-            frozen = [pid for pid in _with_environ(marker) if _signal(pid, signal.SIGSTOP)]
+            frozen = [pid for pid in find_processes(marker) if _signal(pid, signal.SIGSTOP)]
             self.stopping.wait(seconds)
             for pid in frozen:
                 _signal(pid, signal.SIGCONT)
@@ -114,19 +112,6 @@ class Load:
             hog.wait()
         for thread in self.threads:
             thread.join()
-
-
-def _with_environ(marker: bytes) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if marker in f.read():
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
 
 
 def _signal(pid: int, number: int) -> bool:

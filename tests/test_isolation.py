@@ -221,7 +221,9 @@ def _ipc_of(uid: int) -> list[str]:
 
 def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
     env = {**os.environ, sandbox.NAMESPACES_VARIABLE: "none"}
-    for command in (["check", str(corpus.REFERENCE)], ["grade-batch", str(tmp_path), "--out", str(tmp_path / "g.csv")]):
+    batch = tmp_path / "submissions"
+    corpus.load(corpus.SUBMISSIONS / "correct" / "noisy-worker").materialize(batch / "one")   # grade-batch refuses an empty folder
+    for command in (["check", str(corpus.REFERENCE)], ["grade-batch", str(batch), "--out", str(tmp_path / "g.csv")]):
         done = subprocess.run([sys.executable, "-m", "retrylab", *command, "--isolation", "required"],
                               capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 2, done.stderr

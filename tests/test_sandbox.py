@@ -31,7 +31,7 @@ def test_a_script_that_hangs_is_stopped_at_its_time_limit(tmp_path):
     with Sandbox(folder) as box:
         result = box.run("hang.py", env={}, timeout=1.0)
     assert result.stopped == "timeout" and result.returncode is None
-    assert "still running" in result.describe()
+    assert "had not finished" in result.describe() and "harness stopped it" in result.describe()
 
 
 def test_output_is_bounded_and_says_how_much_was_dropped(tmp_path):

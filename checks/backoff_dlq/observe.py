@@ -76,14 +76,22 @@ def require_honest_calls(run: ScriptRun, seeded: Iterable[dict]) -> None:
     limit of calls, with each queued message's fields as they were queued. The outcome of a queued
     message follows the kind it was queued with, so a worker that changes it (kind bad -> good)
     still sees process fail; this names what it changed."""
+    problem = dishonest_calls(run, seeded)
+    if problem:
+        fail(problem)
+
+
+def dishonest_calls(run: ScriptRun, seeded: Iterable[dict]) -> str:
+    """What `require_honest_calls` fails on, or ""."""
     if run.call_limit is not None:
-        fail(describe_call_limit(run.result.script, run.call_limit))
+        return describe_call_limit(run.result.script, run.call_limit)
     queued = {m["id"]: m for m in seeded}
     for call in run.calls:
         if call.outcome == MALFORMED:
-            fail(tr("observe.malformed", problem=describe_malformed(call)))
+            return tr("observe.malformed", problem=describe_malformed(call))
         if call.altered is not None and call.id in queued:
-            fail(_altered(call, queued[call.id]))
+            return _altered(call, queued[call.id])
+    return ""
 
 
 def _altered(call: Call, message: dict) -> str:
