@@ -12,15 +12,17 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from retrylab import tempdirs
 
 
 class BackendUnavailable(RuntimeError):
@@ -112,7 +114,7 @@ class RedisServerProcess:
             raise BackendUnavailable(f"{binary} is not on PATH; install Redis or use --backend fake")
         self._binary = path
         self._proc: subprocess.Popen | None = None
-        self._dir: tempfile.TemporaryDirectory | None = None
+        self._dir: Path | None = None
         self.endpoint: Endpoint | None = None
         self.baseline: tuple | None = None   # server_state() when it started
 
@@ -121,15 +123,15 @@ class RedisServerProcess:
         return self._proc.pid if self._proc else None
 
     def start(self) -> Endpoint:
-        self._dir = tempfile.TemporaryDirectory(prefix="retrylab-redis-")
+        self._dir = tempdirs.make("redis")
         uid = server_uid()      # as root: not root (a flaw in Redis' Lua sandbox would reach no one's files)
         if uid is not None:
-            os.chown(self._dir.name, uid, uid)
+            os.chown(self._dir, uid, uid)
         for _ in range(5):  # a free port can be taken between probing and binding: retry
             port = free_port()
             self._proc = spawn_server(
                 [self._binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self._dir.name, "--protected-mode", "no", *REDIS_SERVER_LIMITS],
+                 "--appendonly", "no", "--dir", str(self._dir), "--protected-mode", "no", *REDIS_SERVER_LIMITS],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                 **({"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}))
             endpoint = Endpoint("127.0.0.1", port)
@@ -166,7 +168,8 @@ class RedisServerProcess:
     def stop(self) -> None:
         self._stop_process()
         if self._dir:
-            self._dir.cleanup()
+            tempdirs.remove_tree(self._dir)
+            self._dir = None
 
     def __enter__(self) -> Endpoint:
         return self.start()

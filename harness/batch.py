@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from retrylab import __version__, i18n
+from retrylab import __version__, i18n, tempdirs
 from retrylab import exercise as exercises
 from retrylab.reporters.bounds import neutral
 
@@ -472,9 +472,11 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
     summary = BatchSummary(rows=[], reused=len(rows))
     on_start(len(submissions), len(rows))
     running = _Running()
-    with tempfile.TemporaryDirectory(prefix="retrylab-batch-") as workdir, \
+    workdir = tempdirs.make("batch")
+    with contextlib.ExitStack() as cleanup, \
             concurrent.futures.ThreadPoolExecutor(max_workers=config.jobs) as pool:
-        futures = {pool.submit(grade_in_subprocess, s, config, Path(workdir), running): (s, d) for s, d in todo}
+        cleanup.callback(tempdirs.remove_tree, workdir)
+        futures = {pool.submit(grade_in_subprocess, s, config, workdir, running): (s, d) for s, d in todo}
         try:
             for future in concurrent.futures.as_completed(futures):
                 submission, digest = futures[future]

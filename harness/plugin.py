@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab import i18n
+from retrylab import i18n, tempdirs
 from retrylab.backends import BackendUnavailable, make_backend, BACKENDS
 from retrylab.limits import StepClock, StepTimeLimit, step_label
 from retrylab.runner import LearnerRunner
@@ -74,6 +74,8 @@ def pytest_configure(config):
     lang = config.getoption("retrylab_lang")
     if lang or config.getoption("--solution"):  # grading: messages in the chosen language
         config.stash[LANGUAGE] = i18n.activate(i18n.resolve(lang))
+    if config.getoption("--solution"):  # what gradings killed outright left behind goes now
+        tempdirs.sweep_stale()
 
 
 def pytest_unconfigure(config):

@@ -203,7 +203,11 @@ class LearnerRunner:
         began = time.monotonic()
         # TIME answers in the run's virtual time (a worker may take first_seen_at from Redis)
         guard = VirtualTime(run_clock, AdminGuard(endpoint.db, shared=endpoint.shared))
-        with RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
+        # The step's alarm waits for the whole run, setup and cleanup included: one raised while the
+        # copy of the submission is being removed would leave the rest of it behind. The run itself
+        # is bounded by what is left of the step (`timeout` above), so the step still ends in time.
+        with self.clock.shielded() if self.clock else contextlib.nullcontext(), \
+                RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
                 AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel, \
                 endpoint.client() as client:
@@ -237,8 +241,7 @@ class LearnerRunner:
                 progress.stopped_at = time.monotonic()
                 return True
             prepared, wall_start = time.monotonic(), time.time()
-            with self.clock.shielded() if self.clock else contextlib.nullcontext():
-                result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
+            result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
             commands = tuple(proxy.commands())
             reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
             result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0],

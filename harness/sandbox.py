@@ -48,14 +48,14 @@ import site
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from retrylab import i18n
+from retrylab import i18n, tempdirs
+from retrylab.tempdirs import remove_tree as _remove_tree
 from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, _kill, descendants,
                                  processes_of_uid)
 
@@ -295,13 +295,15 @@ def _probe(candidate: Containment) -> str:
     script = "import sys, redis, time_machine\nprint(sys.version)\n"
     if candidate.namespaces:  # really in a PID namespace of its own
         script += "import os\nassert os.getpid() < 10, os.getpid()\n"
-    with tempfile.TemporaryDirectory(prefix="retrylab-probe-") as folder:
+    folder = tempdirs.make("probe")
+    try:
         Path(folder, "probe.py").write_text(script)
-        try:
-            with Sandbox(Path(folder), containment=candidate) as box:
-                result = box.run("probe.py", env={}, timeout=30)
-        except (SandboxError, OSError) as exc:
-            return str(exc)[:200]
+        with Sandbox(folder, containment=candidate) as box:
+            result = box.run("probe.py", env={}, timeout=30)
+    except (SandboxError, OSError) as exc:
+        return str(exc)[:200]
+    finally:
+        tempdirs.remove_tree(folder)
     if result.returncode != 0:
         return (result.stderr_tail(1) or result.describe())[:200]
     if result.stdout.strip() != sys.version:
@@ -485,7 +487,7 @@ class Sandbox:
 
     def __enter__(self) -> "Sandbox":
         contained = self.containment
-        self.root = Path(tempfile.mkdtemp(prefix="retrylab-run-"))
+        self.root = tempdirs.make("run")
         try:
             os.chmod(self.root, 0o711)  # the learner's uid may enter, not list
             self.workdir = self.root / "submission"
@@ -873,24 +875,6 @@ def _chown_tree(top: Path, uid: int, gid: int) -> None:
         for name in dirs + files:
             os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
 
-
-def _remove_tree(top: Path | None) -> None:
-    """Remove a run's folder whatever the script did to it (read-only files, chmod 000 folders)."""
-    if top is None or not os.path.lexists(top):
-        return
-    shutil.rmtree(top, ignore_errors=True)
-    if not os.path.lexists(top):
-        return
-    stack = [str(top)]  # make every folder ours to list and change again, then remove once more
-    while stack:
-        folder = stack.pop()
-        try:
-            os.chmod(folder, 0o700)
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
-    shutil.rmtree(top, ignore_errors=True)
 
 
 def _remove_owned(folder: str, uid: int) -> None:
