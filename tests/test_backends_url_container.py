@@ -344,7 +344,9 @@ def test_sigterm_removes_the_gradings_containers(engine):
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == -signal.SIGTERM, stdout[-3000:] + stderr[-3000:]
+    # `retrylab check` turns SIGTERM into an interrupted grading (exit 130); the backend's own handler
+    # (SIGTERM kept as the cause of death) serves where nothing else handles it
+    assert proc.returncode == 130 and "interrupted" in stderr, stdout[-3000:] + stderr[-3000:]
     assert owned_by(engine, proc.pid) == []
 
 
