@@ -285,24 +285,24 @@ def _whole_commands(data: bytes, pos: int, limit: int, out: list, ends: list | N
     (`base` + its offset in `data`).
     """
     find = data.find
-    crlf_at = data.startswith
     n = len(data)
     while pos < n and data[pos] == _STAR:
-        r = find(b"\r\n", pos, pos + 13)  # a lone '\r' leaves a non-digit in `count`: the general path rejects it
+        r = find(b"\r", pos, pos + 12)  # (a one-byte find is much faster than one for CRLF)
         count = data[pos + 1:r]
-        if r < 0 or not count.isdigit() or count[0] == 48:  # let the general path deal with it
-            return pos
+        if r < 0 or not count.isdigit() or count[0] == 48 or r + 1 >= n or data[r + 1] != 10:
+            return pos  # let the general path deal with it
         p = r + 2
         args = []
         truncated = False
         for _ in range(int(count)):
-            r = find(b"\r\n", p, p + 13)
+            r = find(b"\r", p, p + 12)
             length = data[p + 1:r]
-            if r < 0 or data[p] != _DOLLAR or not length.isdigit() or (length[0] == 48 and len(length) > 1):
+            if (r < 0 or data[p] != _DOLLAR or not length.isdigit() or (length[0] == 48 and len(length) > 1)
+                    or r + 1 >= n or data[r + 1] != 10):
                 return pos
             p = r + 2
             end = p + int(length)
-            if end + 2 > n or not crlf_at(b"\r\n", end):
+            if end + 2 > n or data[end] != 13 or data[end + 1] != 10:
                 return pos
             if end - p > limit:
                 truncated = True
