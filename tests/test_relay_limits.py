@@ -195,7 +195,8 @@ def test_all_connections_together_hold_at_most_the_budget(private_redis_server, 
         try:
             for number, learner in enumerate(learners, 1):
                 learner.sendall(head[:-100])                 # held back, waiting for the rest
-                wait_until(lambda: sum(c.commands._fed for c in list(proxy._conns.values())) == number * (len(head) - 100),
+                read = number * (len(head) - 100)
+                wait_until(lambda: sum(c.commands._fed for c in list(proxy._conns.values())) == read,
                            "the relay to read what was sent")
             assert proxy._held <= 100_000
             assert sorted(len(c.held) for c in list(proxy._conns.values())) == [0, len(head) - 100, len(head) - 100]
