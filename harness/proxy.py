@@ -10,13 +10,20 @@ which commands are still waiting for theirs: `pending()` lists e.g. the BLPOP a 
 Design notes:
 
 * Two daemon threads per connection (client->server and server->client) with plain blocking sockets, plus one accept
-  thread. Blocking I/O keeps the added latency to one thread wake-up per hop.
+  thread. Blocking I/O keeps the added latency to one thread wake-up per hop. At most `max_connections` pairs are open
+  at once; a client beyond them is closed at once and counted (`refused`).
 * Each direction is parsed *before* its bytes are forwarded. So a command is recorded before the server can act on it
   (seq order respects causality across connections: a command a client sends after seeing the effect of another one
   always gets a higher seq), and a command leaves `pending()` before its client can see the reply.
 * The parsers never hold more than one partial header line (bounded by Redis' own 64 KiB inline limit) plus the
   recorded prefix of the argument being read: payload beyond `max_arg_bytes` is counted and skipped, never buffered,
   so a 20 MB value streams through.
+* The client stream is followed only where every server splits it into the same commands: length lines must be the
+  bare number and CRLF, bulk arguments be followed by CRLF (Redis skips the byte after a '\r' unread, fakeredis reads
+  a line up to '\n' and accepts " 64 "; a stream they read differently could run one command while the relay records
+  another). Checking this costs next to nothing on the hot path, and then every command an intercepting relay
+  forwards is already byte for byte its canonical encoding; re-encoding parsed commands instead would cost a copy of
+  every payload (or buffering whole commands) for the same guarantee.
 * Parsing problems never affect the relay: a connection whose client stream cannot be parsed stops being recorded, and
   a connection whose reply stream cannot be followed (or is in RESP2 pub/sub mode, MONITOR, CLIENT REPLY OFF/SKIP, ...)
   stops being pending-tracked. Bytes keep flowing unchanged either way.
@@ -24,9 +31,9 @@ Design notes:
   relay rewrites the byte stream at command boundaries, one command for one, so the server answers every command in
   the order it was sent, in a pipeline and inside MULTI alike: a refusal is an `EVAL` that returns an error reply
   (`refusal`), a made-up answer an `EVAL` that returns it (`time_answer` for TIME). Only commands named in
-  `intercept.names` are held back until complete (bounded: a longer one is refused); all others stream through. With
-  an intercept, a connection whose stream cannot be parsed is closed, never relayed unfiltered (Redis itself closes
-  a connection on a protocol error).
+  `intercept.names` are held back until complete (bounded per command and per relay: see _HOLD_MAX, a longer one is
+  refused); all others stream through. With an intercept, a connection whose stream cannot be parsed, or that sends
+  an inline command, is closed, never relayed unfiltered (Redis itself closes a connection on a protocol error).
 """
 from __future__ import annotations
 
@@ -105,8 +112,13 @@ def _encode(args: tuple[bytes, ...]) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
-_HOLD_MAX = 1 << 20  # bytes of an intercepted command held back; a longer one is refused
+# An intercepted command is held back until complete. Those the intercepts want (admin commands, TIME) never need big
+# arguments, so one longer than _HOLD_MAX bytes is refused, as soon as the lengths it declares say it will be; and all
+# connections of a relay together hold at most _HOLD_BUDGET bytes (a command that would take more is refused too).
+_HOLD_MAX = 64 * 1024
+_HOLD_BUDGET = 4 << 20
 _TOO_LONG = "retrylab: this command is too long for the relay"
+MAX_CONNECTIONS = 256  # open at once through one relay (as many as the application channel takes); more are refused
 
 REDACTED = b"(redacted)"
 
@@ -180,6 +192,31 @@ def _string2ll(raw: bytes) -> int | None:
     return -int(digits) if raw[0] == 45 else int(digits)
 
 
+_LENGTH_MAX = 20  # characters string2ll() takes: a longer "*<count>" or "$<len>" is a protocol error
+
+
+def _header_end(data: bytes, pos: int) -> int:
+    """Where the "*<count>" or "$<len>" line at `pos` has its '\\r' (the caller reads the number before it), or -1 while
+    the line is incomplete.
+
+    Servers cut these lines differently: Redis at the first '\\r', skipping the byte after it unread; fakeredis at the
+    first '\\n', then reads the number with int() (spaces, '+', '_' allowed). They agree only on a line that is the
+    number itself followed by CRLF, so anything else is confusion, and is declared as soon as it shows (a partial line
+    may be streamed upstream while its command is, so it must already be a prefix of a well-formed one)."""
+    r = data.find(b"\r", pos + 1, pos + 2 + _LENGTH_MAX)
+    if r < 0:
+        partial = data[pos + 1:pos + 2 + _LENGTH_MAX]
+        digits = partial[1:] if partial[:1] == b"-" else partial
+        if len(partial) > _LENGTH_MAX or (digits and not digits.isdigit()):
+            raise _ProtocolConfusion("malformed length line")
+        return -1
+    if r + 1 >= len(data):
+        return -1
+    if data[r + 1] != 10:
+        raise _ProtocolConfusion("'\\r' not followed by '\\n' in a length line")
+    return r
+
+
 def _split_inline(line: bytes) -> list[bytes] | None:
     """Redis' sdssplitargs(): the arguments of an inline command, or None for unbalanced quotes."""
     if b'"' not in line and b"'" not in line and b"\x0b" not in line and b"\x0c" not in line:
@@ -250,21 +287,22 @@ def _whole_commands(data: bytes, pos: int, limit: int, out: list, ends: list | N
     find = data.find
     n = len(data)
     while pos < n and data[pos] == _STAR:
-        r = find(b"\r", pos, pos + 12)
+        r = find(b"\r", pos, pos + 12)  # (a one-byte find is much faster than one for CRLF)
         count = data[pos + 1:r]
-        if r < 0 or not count.isdigit() or count[0] == 48:  # let the general path deal with it
-            return pos
+        if r < 0 or not count.isdigit() or count[0] == 48 or r + 1 >= n or data[r + 1] != 10:
+            return pos  # let the general path deal with it
         p = r + 2
         args = []
         truncated = False
         for _ in range(int(count)):
             r = find(b"\r", p, p + 12)
             length = data[p + 1:r]
-            if r < 0 or data[p] != _DOLLAR or not length.isdigit() or (length[0] == 48 and len(length) > 1):
+            if (r < 0 or data[p] != _DOLLAR or not length.isdigit() or (length[0] == 48 and len(length) > 1)
+                    or r + 1 >= n or data[r + 1] != 10):
                 return pos
             p = r + 2
             end = p + int(length)
-            if end + 2 > n:
+            if end + 2 > n or data[end] != 13 or data[end + 1] != 10:
                 return pos
             if end - p > limit:
                 truncated = True
@@ -288,15 +326,18 @@ class _CommandParser:
 
     `feed(data, out)` appends the commands completed by `data` to `out` as (args, truncated) pairs. Bulk payloads are
     consumed as they arrive; only their first `max_arg` bytes are kept. Raises _ProtocolConfusion where Redis would
-    reply with a protocol error (and close the connection), or would stall; what `out` holds by then stays valid.
+    reply with a protocol error (and close the connection), or would stall, and where servers could split the stream
+    differently (a length line other than the number and CRLF, a bulk argument not followed by CRLF; with
+    `inline=False`, any inline command); what `out` holds by then stays valid.
     `feed(data, out, ends)` also appends to `ends` the stream offset (bytes fed so far) at which each command ends,
     which lets an intercepting relay cut the stream at command boundaries.
     """
 
-    __slots__ = ("_max", "_buf", "_nargs", "_args", "_trunc", "_left", "_crlf", "_part", "_fed")
+    __slots__ = ("_max", "_inline", "_buf", "_nargs", "_args", "_trunc", "_left", "_crlf", "_part", "_fed")
 
-    def __init__(self, max_arg: int):
+    def __init__(self, max_arg: int, *, inline: bool = True):
         self._max = max_arg
+        self._inline = inline
         self._buf = b""  # unparsed tail: a partial header or inline line
         self._nargs = 0  # arguments still to read for the current multibulk command; 0 = between commands
         self._args: list[bytes] = []
@@ -316,6 +357,13 @@ class _CommandParser:
         if self._left > _NAME_MAX or len(self._part) > _NAME_MAX:
             return _NO_NAME
         return None
+
+    def bytes_to_come(self) -> int:
+        """A lower bound on the bytes of the command under way not fed yet, from the lengths it declared: what is left
+        of the bulk argument being read, and 6 bytes ("$0\\r\\n\\r\\n") for each argument not started."""
+        if not self._nargs:
+            return 0
+        return max(self._left, 0) + self._crlf + 6 * (self._nargs - 1)
 
     def _add_arg(self, arg: bytes, out: list) -> None:
         self._args.append(arg)
@@ -343,19 +391,19 @@ class _CommandParser:
                     if end != pos:
                         pos = end
                         continue
-                    r = data.find(b"\r", pos)
-                    if r < 0 or r + 1 >= n:
-                        if n - pos > _INLINE_MAX:
-                            raise _ProtocolConfusion("multibulk count line too long")
+                    r = _header_end(data, pos)
+                    if r < 0:
                         break
                     count = _string2ll(data[pos + 1:r])
                     if count is None or count > _MULTIBULK_MAX:
                         raise _ProtocolConfusion("invalid multibulk length")
-                    pos = r + 2  # Redis skips the byte after '\r' without looking at it
-                    if count > 0:  # "*0" and "*-1" are empty commands: no reply
+                    pos = r + 2
+                    if count > 0:  # "*0" and "*-1" (any negative count, for Redis) are empty commands: no reply
                         self._nargs = count
                         self._left = -1
                     continue
+                if not self._inline:
+                    raise _ProtocolConfusion("inline command")
                 nl = data.find(b"\n", pos)
                 if nl < 0:
                     if n - pos > _INLINE_MAX:
@@ -382,18 +430,18 @@ class _CommandParser:
             if self._left < 0:  # waiting for "$<len>\r\n"
                 if pos >= n:
                     break
-                r = data.find(b"\r", pos)
-                if r < 0 or r + 1 >= n:
-                    if n - pos > _INLINE_MAX:
-                        raise _ProtocolConfusion("bulk length line too long")
-                    break
                 if data[pos] != _DOLLAR:
                     raise _ProtocolConfusion("expected '$'")
+                r = _header_end(data, pos)
+                if r < 0:
+                    break
                 length = _string2ll(data[pos + 1:r])
                 if length is None or length < 0 or length > _BULK_MAX:
                     raise _ProtocolConfusion("invalid bulk length")
                 pos = r + 2
                 if n - pos >= length + 2:  # the whole argument is here (the usual case)
+                    if not data.startswith(b"\r\n", pos + length):
+                        raise _ProtocolConfusion("no CRLF after a bulk argument")
                     if length > limit:
                         self._trunc = True
                         self._add_arg(data[pos:pos + limit], out)
@@ -420,6 +468,8 @@ class _CommandParser:
                 if self._left:
                     break
             take = min(n - pos, self._crlf)
+            if data[pos:pos + take] != b"\r\n"[2 - self._crlf:2 - self._crlf + take]:
+                raise _ProtocolConfusion("no CRLF after a bulk argument")
             pos += take
             self._crlf -= take
             if self._crlf:
@@ -584,11 +634,11 @@ class _Conn:
     __slots__ = ("num", "client", "upstream", "commands", "replies", "pending", "tracking", "proto", "in_multi",
                  "closing", "done", "alive", "threads", "held", "streaming", "oversize")
 
-    def __init__(self, num: int, client: socket.socket, max_arg: int):
+    def __init__(self, num: int, client: socket.socket, max_arg: int, inline: bool = True):
         self.num = num
         self.client = client
         self.upstream: socket.socket | None = None
-        self.commands: _CommandParser | None = _CommandParser(max_arg)  # None once confused
+        self.commands: _CommandParser | None = _CommandParser(max_arg, inline=inline)  # None once confused
         self.replies: _ReplyParser | None = _ReplyParser()  # None once confused
         self.pending: collections.deque = collections.deque()  # records (see _on_client_data), or int: that many more
         self.tracking = True
@@ -609,15 +659,18 @@ class RecordingProxy:
     """A TCP relay to `upstream` that records every command clients send through it. See the module docstring."""
 
     def __init__(self, upstream: tuple[str, int], *, max_arg_bytes: int = 65536, max_commands: int = 200_000,
-                 intercept: Intercept | None = None):
-        if max_arg_bytes < 0 or max_commands < 0:
-            raise ValueError("max_arg_bytes and max_commands must not be negative")
+                 intercept: Intercept | None = None, max_connections: int = MAX_CONNECTIONS):
+        if max_arg_bytes < 0 or max_commands < 0 or max_connections < 1:
+            raise ValueError("max_arg_bytes and max_commands must not be negative, max_connections must be positive")
         self._intercept = intercept
         self._intercepted = frozenset(n.upper() for n in intercept.names) if intercept is not None else frozenset()
         self._upstream = (upstream[0], int(upstream[1]))
         self._max_arg = max_arg_bytes
         self._max_commands = max_commands
+        self._max_connections = max_connections
         self._lock = threading.Lock()
+        self._hold_lock = threading.Lock()
+        self._held = 0  # bytes all connections hold back (see _HOLD_BUDGET)
         self._commands: list = []  # Command, or its fields as a tuple until a snapshot needs it (cheaper to record)
         self._materialized = 0  # self._commands[:_materialized] are all Command
         self._snapshot_lock = threading.Lock()
@@ -626,6 +679,7 @@ class RecordingProxy:
         self._conn_count = 0
         self._activity = 0
         self.dropped = 0
+        self.refused = 0  # connections closed at once because max_connections were open
         self._address: tuple[str, int] | None = None
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
@@ -750,7 +804,7 @@ class RecordingProxy:
 
     def __repr__(self) -> str:
         return (f"<RecordingProxy {self._address} -> {self._upstream} commands={len(self._commands)} "
-                f"dropped={self.dropped} connections={len(self._conns)}>")
+                f"dropped={self.dropped} connections={len(self._conns)} refused={self.refused}>")
 
     # -- connections --------------------------------------------------------------------------------------------------
 
@@ -766,15 +820,26 @@ class RecordingProxy:
                         return
                     time.sleep(0.05)  # e.g. out of file descriptors: don't spin
                     continue
-                client.setblocking(True)
-                _nodelay(client)
                 with self._lock:
                     if self._closed:
                         client.close()
                         return
-                    self._conn_count += 1
-                    conn = _Conn(self._conn_count, client, self._max_arg)
-                    self._conns[conn.num] = conn
+                    full = len(self._conns) >= self._max_connections
+                    if full:
+                        self.refused += 1
+                    else:
+                        self._conn_count += 1
+                        # With an intercept, inline commands (as typed into telnet) close the connection: no client
+                        # library sends them (redis-py never does), fakeredis does not take them at all, and Redis
+                        # splits them by a second grammar (quotes, escapes, bare LF) that a guard would have to mirror
+                        # byte for byte, or be passed by whatever the two read differently.
+                        conn = _Conn(self._conn_count, client, self._max_arg, inline=self._intercept is None)
+                        self._conns[conn.num] = conn
+                if full:  # every connection costs two threads and an upstream one: a flood of them is refused
+                    client.close()
+                    continue
+                client.setblocking(True)
+                _nodelay(client)
                 thread = threading.Thread(target=self._client_to_server, args=(conn,), daemon=True,
                                           name=f"retrylab-proxy-{self._address[1]}-c{conn.num}-in")
                 conn.threads.append(thread)
@@ -866,6 +931,7 @@ class RecordingProxy:
                 return
             conn.done.wait(_HALF_CLOSE_GRACE)
         finally:
+            self._let_go(conn)  # only this thread touches conn.held
             self._thread_exit(conn)
 
     def _server_to_client(self, conn: _Conn) -> None:
@@ -919,32 +985,51 @@ class RecordingProxy:
             stop = end - start
             rewrite = None
             if not conn.streaming and args[0].upper() in self._intercepted:
-                rewrite = refusal(_TOO_LONG) if conn.oversize else self._ask(args)
+                too_long = conn.oversize or len(conn.held) + stop - pos > _HOLD_MAX
+                rewrite = refusal(_TOO_LONG) if too_long else self._ask(args)
             if rewrite is None:
                 out += conn.held
                 out += data[pos:stop]
             else:
                 out += _encode(rewrite)
             sent.append(rewrite or args)
-            conn.held.clear()
+            self._let_go(conn)
             conn.streaming = conn.oversize = False
             pos = stop
         tail = data[pos:]
         if tail and not confused:
-            name = conn.commands.current_name() if not conn.streaming else _NO_NAME
+            name = parser.current_name() if not conn.streaming else _NO_NAME
             if name is not None and name not in self._intercepted:
                 out += conn.held
                 out += tail
-                conn.held.clear()
+                self._let_go(conn)
                 conn.streaming = bool(name)
-            elif not conn.oversize:
-                conn.held += tail
-                if len(conn.held) > _HOLD_MAX:
-                    conn.held.clear()
+            elif name is None:  # its name is still to come: a few short lines at most, held whatever the budget
+                self._hold(conn, tail, bounded=False)
+            elif not conn.oversize:  # intercepted
+                if (len(conn.held) + len(tail) + parser.bytes_to_come() > _HOLD_MAX
+                        or not self._hold(conn, tail, bounded=True)):
+                    self._let_go(conn)  # its bytes are dropped as they come; the refusal goes in its place
                     conn.oversize = True
         if parsed or confused:
             self._record(conn, parsed, confused, sent)
         return bytes(out)
+
+    def _hold(self, conn: _Conn, data: bytes, bounded: bool) -> bool:
+        """Add `data` to what `conn` holds back, if `bounded` only while the relay's budget allows."""
+        with self._hold_lock:
+            if bounded and self._held + len(data) > _HOLD_BUDGET:
+                return False
+            self._held += len(data)
+        conn.held += data
+        return True
+
+    def _let_go(self, conn: _Conn) -> None:
+        """Forget what `conn` holds back (sent on, replaced or dropped), and give it back to the budget."""
+        if conn.held:
+            with self._hold_lock:
+                self._held -= len(conn.held)
+            conn.held.clear()
 
     def _ask(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None:
         try:

@@ -866,7 +866,7 @@ def test_intercept_inside_multi_exec(backend, guarded, protocol):
 def test_intercept_with_a_command_split_into_single_bytes(backend, guarded):
     """A command cut anywhere (here one byte per send) is held until complete, then rewritten; the order holds."""
     proxy, guard = guarded
-    stream = resp("SET", "x", "1") + resp("CONFIG", "GET", "port") + b"TIME\r\n" + resp("GET", "x")
+    stream = resp("SET", "x", "1") + resp("CONFIG", "GET", "port") + resp("TIME") + resp("GET", "x")
     with socket.create_connection(proxy.address) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for i in range(len(stream)):
