@@ -328,7 +328,7 @@ class AppChannel:
 
     def _refusal(self) -> dict:
         limit = self.record.exceeded or RecordLimit(CALLS, self.record.limit)
-        over = (f"more than {limit.value >> 20} MB of calls" if limit.kind == BYTES
+        over = (f"more than {limit.value} bytes of call records" if limit.kind == BYTES
                 else f"more than {limit.value} calls")
         return self._error_reply("RuntimeError", f"retrylab: {over}; this run is being stopped")
 
@@ -442,6 +442,6 @@ def describe_call_limit(script: str, limit: RecordLimit | int) -> str:
     """Why a run was stopped for making too many calls (an int: that many), or too many bytes of them,
     in the current language."""
     if isinstance(limit, RecordLimit) and limit.kind == BYTES:
-        return i18n.label("channel.byte_limit", script=script, megabytes=limit.value >> 20)
+        return i18n.label("channel.byte_limit", script=script, megabytes=f"{limit.value / (1 << 20):g}")
     return i18n.label("channel.call_limit", script=script,
                       limit=limit.value if isinstance(limit, RecordLimit) else limit)
