@@ -46,11 +46,11 @@ def _raw(channel, data: bytes, *, reply: bool = True):
             sock.shutdown(socket.SHUT_WR)
             sock.recv(1)
             return None
-        header = sock.recv(4, socket.MSG_WAITALL)
-        if len(header) < 4:
+        try:    # a socket with a timeout may return part of MSG_WAITALL's bytes: read them all
+            (length,) = struct.unpack(">I", appstub._recv_exactly(sock, 4))
+        except appstub.ChannelClosed:
             return None
-        (length,) = struct.unpack(">I", header)
-        return json.loads(sock.recv(length, socket.MSG_WAITALL))
+        return json.loads(appstub._recv_exactly(sock, length))
 
 
 def _call(message, **extra) -> bytes:
@@ -217,7 +217,7 @@ def test_a_reply_larger_than_the_socket_takes_waits_and_a_client_not_reading_onl
         assert 0 < recorded < len(big_ids)
         assert taskproc.process({"id": "another-client", "kind": "good"})["id"] == "another-client"
         for expected in big_ids:
-            (length,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
-            assert json.loads(sock.recv(length, socket.MSG_WAITALL))["value"]["id"] == expected
+            (length,) = struct.unpack(">I", appstub._recv_exactly(sock, 4))
+            assert json.loads(appstub._recv_exactly(sock, length))["value"]["id"] == expected
         sender.join(timeout=30)
     assert len(channel.calls()) == len(big_ids) + 1
