@@ -16,13 +16,21 @@ and each gets one frame back: {"offset": <the run's clock offset>} with "value" 
 it) or "error": {"class": "HTTPError", "message": "...", "attrs": {"status": 503}} (the stub raises
 that). A frame over MAX_FRAME, bytes that are not such an object, or a connection closed in the middle
 of a frame is recorded as a malformed call and answered with an error where the connection allows.
-After MAX_CALLS calls the run is over: `over_limit` says so (the runner stops the learner) and further
-calls are refused without being recorded, so a flood cannot make the harness's memory grow.
+After MAX_CALLS calls, or MAX_RECORD_BYTES of their records, the run is over: `over_limit` says so (the
+runner stops the learner) and further calls are refused without being recorded, so a flood cannot make
+the harness's memory grow. Every text of a record that the learner chose is bounded too: the argument
+and the error to ARG_TEXT_LIMIT characters, the id to ID_LIMIT (a longer one is kept cut, with a marker
+and its digest, so it stays distinct and can never equal a seeded id, all of which are shorter).
+
+A reply may be larger than the socket's buffer (replies quote the id): it waits in the connection's
+outbox until the socket can take it, and while a connection's outbox holds OUTBOX_CAP bytes or more its
+requests are not read, so a learner that sends without reading replies holds back only itself.
 
 The server is one thread with a selector, for however many processes and threads the learner runs.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import selectors
@@ -35,13 +43,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from retrylab import i18n
-from retrylab.calllog import MALFORMED, Call, CallRecord
+from retrylab.calllog import BYTES, CALLS, MALFORMED, Call, CallRecord, RecordLimit
 from retrylab.proxy import time_answer
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
 MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped
 MAX_CONNECTIONS = 256        # open at once: every process and thread of a learner's run
-ARG_TEXT_LIMIT = 4096        # characters of an argument kept in a call's record: enough to compare fields
+ARG_TEXT_LIMIT = 4096        # characters of an argument (and of an error) kept in a call's record: enough to compare fields
+ID_LIMIT = 256               # characters of an id kept as it is; a seeded id is far shorter (32)
+MAX_RECORD_BYTES = 32 << 20  # of all a run's records: an honest run keeps well under 1 MB
+OUTBOX_CAP = 256 << 10       # bytes of replies waiting for a connection before its requests wait too
 _HEADER = struct.Struct(">I")
 _MAX_SLEEP = 10 * 365 * 86400.0   # one sleep moves the clock at most this far (a sleep(1e300) stays finite)
 
@@ -131,18 +142,18 @@ class _Connection:
     sock: socket.socket
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
-    closing: bool = False
+    closing: bool = False       # the stream cannot be framed any more: close once the outbox is sent
 
 
 class AppChannel:
     """Serves one learner run: listens on `path` (a unix socket), records calls in `record`."""
 
     def __init__(self, path: Path, application: Application, clock: RunClock | None = None,
-                 max_calls: int = MAX_CALLS):
+                 max_calls: int = MAX_CALLS, max_record_bytes: int = MAX_RECORD_BYTES):
         self.path = Path(path)
         self.application = application
         self.clock = clock or RunClock()
-        self.record = CallRecord(max_calls)
+        self.record = CallRecord(max_calls, max_record_bytes)
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = -1, -1
@@ -152,6 +163,11 @@ class AppChannel:
     @property
     def over_limit(self) -> bool:
         return self.record.over_limit
+
+    @property
+    def exceeded(self) -> RecordLimit | None:
+        """The limit the run went over (calls or bytes of records), for describe_call_limit."""
+        return self.record.exceeded
 
     def calls(self) -> list[Call]:
         return self.record.calls()
@@ -204,8 +220,8 @@ class AppChannel:
                 try:
                     if events & selectors.EVENT_READ:
                         self._read(connection)
-                    if events & selectors.EVENT_WRITE:
-                        self._write(connection)
+                    elif events & selectors.EVENT_WRITE:
+                        self._pump(connection)
                 except OSError:
                     self._close(connection)
                 except Exception:  # noqa: BLE001 - a harness bug must end one connection, not the channel
@@ -230,34 +246,62 @@ class AppChannel:
             self._close(connection)
             return
         connection.inbox += data
-        while not connection.closing and len(connection.inbox) >= _HEADER.size:
+        self._pump(connection)
+
+    def _pump(self, connection: _Connection) -> None:
+        """Answer the connection's complete requests and send what the socket takes, as long as its
+        outbox stays under OUTBOX_CAP; then wait for what lets it go on (readable, or writable)."""
+        while True:
+            self._answer_frames(connection)
+            sent = self._send(connection)
+            if not (sent and len(connection.outbox) < OUTBOX_CAP and self._frame_waiting(connection)):
+                break       # nothing more to answer, or the socket takes no more for now
+        if connection.closing and not connection.outbox:
+            self._close(connection)
+            return
+        wanted = selectors.EVENT_WRITE if connection.outbox else 0
+        if not connection.closing and len(connection.outbox) < OUTBOX_CAP:
+            wanted |= selectors.EVENT_READ
+        self._selector.modify(connection.sock, wanted, connection)
+
+    def _answer_frames(self, connection: _Connection) -> None:
+        """Answer the inbox's complete requests while the outbox is under its cap."""
+        while len(connection.outbox) < OUTBOX_CAP and self._frame_waiting(connection):
             (length,) = _HEADER.unpack_from(connection.inbox)
             if length > MAX_FRAME:
                 self.record.malformed("oversized", bytes(connection.inbox[:64]), self.clock)
                 connection.closing = True   # the rest of the stream cannot be framed any more
                 connection.inbox.clear()
                 self._reply(connection, self._error_reply("ValueError", f"request over {MAX_FRAME} bytes"))
-                break
-            if len(connection.inbox) < _HEADER.size + length:
-                break
+                return
             frame = bytes(connection.inbox[_HEADER.size:_HEADER.size + length])
             del connection.inbox[:_HEADER.size + length]
             self._reply(connection, self._answer(frame))
 
-    def _reply(self, connection: _Connection, reply: dict) -> None:
+    @staticmethod
+    def _frame_waiting(connection: _Connection) -> bool:
+        """The inbox holds a complete request, or a header announcing one over MAX_FRAME."""
+        if connection.closing or len(connection.inbox) < _HEADER.size:
+            return False
+        (length,) = _HEADER.unpack_from(connection.inbox)
+        return length > MAX_FRAME or len(connection.inbox) >= _HEADER.size + length
+
+    @staticmethod
+    def _reply(connection: _Connection, reply: dict) -> None:
         body = json.dumps(reply, allow_nan=False).encode()
         connection.outbox += _HEADER.pack(len(body)) + body
-        self._write(connection)
 
-    def _write(self, connection: _Connection) -> None:
-        if connection.outbox:
+    @staticmethod
+    def _send(connection: _Connection) -> int:
+        """Send what the socket takes now (a full socket buffer is no error: the rest waits)."""
+        if not connection.outbox:
+            return 0
+        try:
             sent = connection.sock.send(connection.outbox)
-            del connection.outbox[:sent]
-        if not connection.outbox and connection.closing:
-            self._close(connection)
-            return
-        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.outbox else 0)
-        self._selector.modify(connection.sock, wanted, connection)
+        except BlockingIOError:
+            return 0
+        del connection.outbox[:sent]
+        return sent
 
     def _close(self, connection: _Connection) -> None:
         try:
@@ -279,9 +323,14 @@ class AppChannel:
             return self._error_reply("ValueError", f"retrylab: malformed request to the harness: {exc}")
         if self.record.full:
             self.record.refuse()    # not kept: the run is over its limit, and is being stopped
-            return self._error_reply("RuntimeError", f"retrylab: more than {self.record.limit} calls; "
-                                                     "this run is being stopped")
+            return self._refusal()
         return self._call(fn, args, pid)
+
+    def _refusal(self) -> dict:
+        limit = self.record.exceeded or RecordLimit(CALLS, self.record.limit)
+        over = (f"more than {limit.value} bytes of call records" if limit.kind == BYTES
+                else f"more than {limit.value} calls")
+        return self._error_reply("RuntimeError", f"retrylab: {over}; this run is being stopped")
 
     def _call(self, fn: str, args: tuple[Argument, ...], pid: int | None) -> dict:
         t, offset = self.clock.now(), self.clock.offset
@@ -291,14 +340,18 @@ class AppChannel:
             decision = Decision(error=RuntimeError(f"retrylab: the harness could not decide this call: {exc!r}"))
         first = args[0] if args else None
         error = decision.error
-        self.record.add(Call(
-            t=t, id=decision.id, is_dict=bool(first and first.decoded and isinstance(first.value, dict)),
+        # the error text is cut once, so that the learner's exception says what the record says
+        message = bounded_text(str(error)) if error is not None else None
+        recorded = self.record.add(Call(
+            t=t, id=bounded_id(decision.id), is_dict=bool(first and first.decoded and isinstance(first.value, dict)),
             arg=first.text[:ARG_TEXT_LIMIT] if first else "", outcome="error" if error else "ok",
-            error=str(error) if error else None, error_class=type(error).__name__ if error else None,
+            error=message, error_class=type(error).__name__ if error else None,
             offset=offset, pid=pid, fn=fn, altered=decision.altered))
+        if not recorded:    # over the record's budget: refused like a call past the limit
+            return self._refusal()
         now = self.clock.advance(decision.seconds)
         if error is not None:
-            reply = self._error_reply(type(error).__name__, str(error), _attributes(error))
+            reply = self._error_reply(type(error).__name__, message, _attributes(error))
             reply["offset"] = now
             return reply
         try:
@@ -309,6 +362,24 @@ class AppChannel:
 
     def _error_reply(self, cls: str, message: str, attrs: dict | None = None) -> dict:
         return {"offset": self.clock.offset, "error": {"class": cls, "message": message, "attrs": attrs or {}}}
+
+
+def bounded_id(message_id):
+    """The id a record keeps: as it is up to ID_LIMIT characters; a longer one cut, with its length and
+    digest appended. A cut id is longer than ID_LIMIT, so it equals no id kept whole (every seeded id
+    is), and two ids cut alike differ by their digests."""
+    if not isinstance(message_id, str) or len(message_id) <= ID_LIMIT:
+        return message_id
+    digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{message_id[:ID_LIMIT]}…[cut: {len(message_id)} characters, sha256 {digest}]"
+
+
+def bounded_text(text: str, limit: int = ARG_TEXT_LIMIT) -> str:
+    """`text` in at most `limit` characters: cut, with a marker saying how long it was."""
+    if len(text) <= limit:
+        return text
+    marker = f"…[cut: {len(text)} characters]"
+    return text[:limit - len(marker)] + marker
 
 
 def _decode(frame: bytes) -> dict:
@@ -367,6 +438,10 @@ def describe_malformed(call: Call) -> str:
     return i18n.label(f"channel.malformed.{call.error}") if call.outcome == MALFORMED else ""
 
 
-def describe_call_limit(script: str, limit: int) -> str:
-    """Why a run was stopped for making too many calls, in the current language."""
-    return i18n.label("channel.call_limit", script=script, limit=limit)
+def describe_call_limit(script: str, limit: RecordLimit | int) -> str:
+    """Why a run was stopped for making too many calls (an int: that many), or too many bytes of them,
+    in the current language."""
+    if isinstance(limit, RecordLimit) and limit.kind == BYTES:
+        return i18n.label("channel.byte_limit", script=script, megabytes=f"{limit.value / (1 << 20):g}")
+    return i18n.label("channel.call_limit", script=script,
+                      limit=limit.value if isinstance(limit, RecordLimit) else limit)

@@ -5,10 +5,12 @@ recorded as the harness received and decided it, never as the learner's process 
 """
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 
 MALFORMED = "malformed"     # the outcome of a request the harness could not read as a call
+CALLS, BYTES = "calls", "bytes"     # the kinds of a record's limit (RecordLimit.kind)
 
 
 @dataclass(frozen=True)
@@ -28,36 +30,74 @@ class Call:
     altered: str | None = None       # a seeded message's field the argument changed ("kind"), None: unchanged
 
 
-class CallRecord:
-    """The calls of one run, in the order they reached the harness; at most `limit` of them."""
+@dataclass(frozen=True)
+class RecordLimit:
+    """The limit of a CallRecord that a run went over: `value` calls (kind CALLS), or `value` bytes of
+    records (kind BYTES: calls whose ids, arguments and errors were each bounded, but many and large)."""
+    kind: str
+    value: int
 
-    def __init__(self, limit: int):
+
+def footprint(call: Call) -> int:
+    """Bytes of the grader's memory one record takes: the object and every text in it (a text's size
+    depends on its widest character, so it is measured, not counted in characters)."""
+    texts = (call.id, call.arg, call.error, call.error_class, call.fn, call.altered)
+    return (sys.getsizeof(call) + sys.getsizeof(call.__dict__)
+            + sum(sys.getsizeof(text) for text in texts if isinstance(text, str)))
+
+
+class CallRecord:
+    """The calls of one run, in the order they reached the harness: at most `limit` of them, taking at
+    most `budget` bytes together. A call past either is refused (not kept) and the run is over."""
+
+    def __init__(self, limit: int, budget: int):
         self.limit = limit
+        self.budget = budget
         self._calls: list[Call] = []
-        self._refused = 0
+        self._bytes = 0
+        self._exceeded: RecordLimit | None = None
         self._lock = threading.Lock()
 
     @property
     def over_limit(self) -> bool:
-        """A call was refused: the run made more than `limit` calls."""
-        return self._refused > 0
+        """A call was refused: the run made more than `limit` calls, or more than `budget` bytes of them."""
+        return self._exceeded is not None
+
+    @property
+    def exceeded(self) -> RecordLimit | None:
+        """Which limit the run went over first (None: neither)."""
+        return self._exceeded
 
     @property
     def full(self) -> bool:
-        return len(self._calls) >= self.limit
+        return len(self._calls) >= self.limit or self._exceeded is not None
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
 
     def add(self, call: Call) -> bool:
-        """Record `call`; False (and refused, not kept) when the record is full already."""
+        """Record `call`; False (and refused, not kept) when it does not fit the record's limits."""
+        size = footprint(call)
         with self._lock:
             if len(self._calls) >= self.limit:
-                self._refused += 1
+                self._refuse(RecordLimit(CALLS, self.limit))
+                return False
+            if self._bytes + size > self.budget:
+                self._refuse(RecordLimit(BYTES, self.budget))
                 return False
             self._calls.append(call)
+            self._bytes += size
             return True
 
     def refuse(self) -> None:
+        """A call made once the record is full: not kept."""
         with self._lock:
-            self._refused += 1
+            self._refuse(RecordLimit(CALLS, self.limit))
+
+    def _refuse(self, limit: RecordLimit) -> None:
+        if self._exceeded is None:
+            self._exceeded = limit
 
     def malformed(self, problem: str, head: bytes, clock) -> None:
         self.add(Call(t=clock.now(), id=None, is_dict=False, arg=head.decode("latin-1"), outcome=MALFORMED,

@@ -20,7 +20,7 @@ import redis
 from retrylab import i18n, keyspace
 from retrylab.appchannel import AppChannel, Application, RunClock, VirtualTime, describe_call_limit
 from retrylab.backends import Endpoint
-from retrylab.calllog import Call
+from retrylab.calllog import Call, RecordLimit
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.proxy import Command, RecordingProxy
 from retrylab.relay_guard import AdminGuard
@@ -59,7 +59,8 @@ class ScriptRun:
     calls: tuple[Call, ...]
     commands: tuple[Command, ...]
     timing: RunTiming | None = None
-    call_limit: int | None = None   # the run was stopped for making more calls than this
+    # the run was stopped for making more calls (or bytes of them) than this: describe_call_limit says so
+    call_limit: RecordLimit | None = None
 
     @property
     def missing(self) -> bool:
@@ -230,7 +231,7 @@ class LearnerRunner:
 
             def settled() -> bool:  # stop_when, noting why and when it said yes
                 if channel.over_limit:   # a flood of calls: stopped whatever the learner is doing
-                    stops.append(Stop(Reason.CAP, describe_call_limit(script, channel.record.limit)))
+                    stops.append(Stop(Reason.CAP, describe_call_limit(script, channel.exceeded)))
                     return True
                 progress.look()
                 cpu[0] = progress.cpu()
@@ -247,7 +248,7 @@ class LearnerRunner:
             result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0],
                                          detail=stops[-1].detail if stops and result.stopped else "")
             done = ScriptRun(result=result, calls=tuple(channel.calls()), commands=commands,
-                             call_limit=channel.record.limit if channel.over_limit else None)
+                             call_limit=channel.exceeded)
             finished = time.monotonic()
         first = done.commands[0].at - wall_start if done.commands else None
         timing = RunTiming(script=script, prepare=prepared - began, first_command=first, run=result.seconds,

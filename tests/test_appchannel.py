@@ -7,12 +7,13 @@ import json
 import math
 import socket
 import struct
+import threading
 import time
 
 import pytest
 
-from retrylab.appchannel import MAX_FRAME, AppChannel
-from retrylab.calllog import MALFORMED
+from retrylab.appchannel import ARG_TEXT_LIMIT, ID_LIMIT, MAX_FRAME, AppChannel, describe_call_limit
+from retrylab.calllog import BYTES, CALLS, MALFORMED, RecordLimit
 from retrylab.fixtures import messages, taskproc
 from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.learner_site import appstub
@@ -45,11 +46,11 @@ def _raw(channel, data: bytes, *, reply: bool = True):
             sock.shutdown(socket.SHUT_WR)
             sock.recv(1)
             return None
-        header = sock.recv(4, socket.MSG_WAITALL)
-        if len(header) < 4:
+        try:    # a socket with a timeout may return part of MSG_WAITALL's bytes: read them all
+            (length,) = struct.unpack(">I", appstub._recv_exactly(sock, 4))
+        except appstub.ChannelClosed:
             return None
-        (length,) = struct.unpack(">I", header)
-        return json.loads(sock.recv(length, socket.MSG_WAITALL))
+        return json.loads(appstub._recv_exactly(sock, length))
 
 
 def _call(message, **extra) -> bytes:
@@ -161,3 +162,62 @@ def test_every_malformed_request_is_described_in_every_language():
     for lang in i18n.LANGUAGES:
         for code in codes:
             assert i18n.label(f"channel.malformed.{code}", lang).strip()
+
+
+def _raw_call(message: dict) -> bytes:
+    """A call as a raw client may send it: the argument whole (the stub would cut it at 32 KiB)."""
+    arg = {"json": json.dumps(message), "type": "dict", "truncated": False}
+    return _frame(json.dumps({"op": "call", "fn": "process", "pid": 1, "args": [arg]}).encode())
+
+
+def test_a_huge_id_is_recorded_cut_distinct_and_never_as_the_seeded_id_it_starts_with(channel, seeded):
+    bad = seeded[1]
+    long_ids = [bad["id"] + "x" * 120_000, bad["id"] + "x" * 119_999 + "y"]
+    replies = [_raw(channel, _raw_call({"id": i, "kind": "good"})) for i in long_ids]
+    calls = channel.calls()
+    assert [r.get("error") for r in replies] == [None, None]      # judged by its own kind: not the seeded one
+    assert [r["value"]["id"] for r in replies] == long_ids         # the reply is whole
+    assert len({c.id for c in calls}) == 2 and bad["id"] not in {c.id for c in calls}
+    assert all(ID_LIMIT < len(c.id) < ID_LIMIT + 120 and "sha256" in c.id for c in calls)
+    assert all(c.altered is None for c in calls)
+
+
+def test_an_error_quoting_a_huge_id_is_cut_alike_in_the_record_and_the_reply(channel):
+    reply = _raw(channel, _raw_call({"id": "z" * 120_000, "kind": "bad"}))
+    (call,) = channel.calls()
+    assert len(call.error) <= ARG_TEXT_LIMIT and call.error.endswith("characters]")
+    assert reply["error"]["message"] == call.error and reply["error"]["class"] == "TaskRejected"
+
+
+def test_the_records_byte_budget_stops_the_run_with_its_own_message(tmp_path, monkeypatch):
+    with AppChannel(tmp_path / "app.sock", TaskprocApp(), max_record_bytes=256 << 10) as channel:
+        replies = [_raw(channel, _raw_call({"id": f"{n}-" + "w" * 100_000, "kind": "bad"})) for n in range(60)]
+        assert channel.over_limit and channel.exceeded == RecordLimit(BYTES, 256 << 10)
+        assert 10 < len(channel.calls()) < 60 and channel.record.bytes <= 256 << 10
+        assert "more than 262144 bytes of call records" in replies[-1]["error"]["message"]
+        assert "0.25 MB" in describe_call_limit("worker.py", channel.exceeded)
+        assert "10000 calls" in describe_call_limit("worker.py", RecordLimit(CALLS, 10_000))
+
+
+def test_a_reply_larger_than_the_socket_takes_waits_and_a_client_not_reading_only_holds_itself_back(channel):
+    big_ids = [f"{n}-" + "r" * 100_000 for n in range(40)]      # 4 MB of replies, far over the buffers
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(channel.path))
+        sender = threading.Thread(target=sock.sendall,
+                                  args=(b"".join(_raw_call({"id": i, "kind": "good"}) for i in big_ids),))
+        sender.start()
+        recorded, deadline = 0, time.monotonic() + 20
+        while time.monotonic() < deadline:      # until the channel stops reading this connection
+            time.sleep(0.3)
+            now = len(channel.calls())
+            if now and now == recorded:
+                break
+            recorded = now
+        assert 0 < recorded < len(big_ids)
+        assert taskproc.process({"id": "another-client", "kind": "good"})["id"] == "another-client"
+        for expected in big_ids:
+            (length,) = struct.unpack(">I", appstub._recv_exactly(sock, 4))
+            assert json.loads(appstub._recv_exactly(sock, length))["value"]["id"] == expected
+        sender.join(timeout=30)
+    assert len(channel.calls()) == len(big_ids) + 1

@@ -1,6 +1,7 @@
 """Grading a submission that floods the application channel keeps the grader's memory bounded: the
-run is stopped after MAX_CALLS calls, each record's argument is bounded, and nothing the learner
-sends is kept whole. Measured as the peak RSS of a grading in a subprocess of its own."""
+run is stopped after MAX_CALLS calls or MAX_RECORD_BYTES of records, each record's id, argument and
+error are bounded, and nothing the learner sends is kept whole. Measured as the peak RSS of a grading
+in a subprocess of its own."""
 from __future__ import annotations
 
 import json
@@ -39,3 +40,13 @@ def test_a_call_flood_is_stopped_and_the_graders_memory_stays_bounded(backend, t
         assert "more than 10000 calls" in flood["messages"][step], flood["messages"][step]
     reference = _grade_in_subprocess(REFERENCE, backend)
     assert flood["peak"] < PEAK_RSS_BOUND, (flood["peak"] >> 20, reference["peak"] >> 20)
+
+
+def test_calls_with_huge_ids_are_stopped_by_the_records_budget_and_the_graders_memory_stays_bounded(tmp_path):
+    # on main the ids and the errors quoting them were kept whole: 1.3 GB for step 1 alone
+    entry = next(e for e in corpus.entries("hostile") if e.name == "huge-id-flood")
+    flood = _grade_in_subprocess(entry.materialize(tmp_path / "submission"), "fake")
+    assert {int(k): v for k, v in flood["verdicts"].items()} == entry.expect
+    for step in ("1", "6", "7"):
+        assert "MB of ids, arguments and error texts" in flood["messages"][step], flood["messages"][step]
+    assert flood["peak"] < PEAK_RSS_BOUND, flood["peak"] >> 20

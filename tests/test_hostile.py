@@ -24,7 +24,7 @@ ENTRIES = corpus.entries("hostile")
 # these attack the readers of Redis values, which differ by backend, or the application channel
 # (calls of taskproc, decided and recorded by the harness): graded on both
 CHANNEL_ATTACKS = {"forged-call-log-env", "forged-calls-stub-internals", "forged-calls-raw-socket",
-                   "hidden-duplicate", "changed-kind", "call-flood", "malformed-requests"}
+                   "hidden-duplicate", "changed-kind", "call-flood", "malformed-requests", "huge-id-flood"}
 BOTH_BACKENDS = {"redis-junk", "redis-wrong-types"} | CHANNEL_ATTACKS
 CASES = [(e, "fake") for e in ENTRIES] + [(e, "redis-server") for e in ENTRIES if e.name in BOTH_BACKENDS]
 # these get out where the sandbox has no namespaces of its own (partial isolation); test_isolation.py
