@@ -33,12 +33,13 @@ def _dlq_entry(worker_run) -> tuple[bytes, str]:
 
 def _worker_unusable(worker_run) -> str:
     """Why the learner's worker cannot judge the replayed message ("" when it can): it did not
-    process any message successfully in the lab steps' run, or that run was not an honest one (a
+    process any of the queued messages successfully in the lab steps' run, or that run was not an honest one (a
     flood of calls, malformed requests, queued messages changed before process saw them)."""
     run = worker_run.run
     if run.result is None:
         return tr("step8.worker_missing")
-    if not any(call.outcome == "ok" for call in run.calls):
+    queued = {m["id"] for m in worker_run.seeded}
+    if not any(call.outcome == "ok" and call.id in queued for call in run.calls):
         return tr("step8.worker_unusable", how=observe.how_it_ran(run))
     problem = observe.dishonest_calls(run, worker_run.seeded)   # steps 1, 6 and 7 fail for this already
     if problem:
