@@ -220,7 +220,16 @@ local function checked(ok, ...)
     return ok, ...
 end
 pcall = function(...) return checked(pcall0(...)) end
-xpcall = function(...) return checked(xpcall0(...)) end
+-- Lua runs an error handler with hooks off when the error comes from the hook: a handler that loops would never
+-- be stopped, so past the time limit the handler is not run at all.
+xpcall = function(f, handler)
+    return checked(xpcall0(f, function(e)
+        if expired() then
+            return message
+        end
+        return handler(e)
+    end))
+end
 coroutine.resume = function(...) return checked(resume0(...)) end
 return function() sethook(hook, "", every) end
 """
