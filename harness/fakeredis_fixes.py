@@ -204,7 +204,8 @@ SCRIPT_TIMEOUT_MSG = ("Script killed: it ran for more than {limit:g} s (a real R
 # Run in each runtime as it is created: while `debug` is there, and before fakeredis' FUNCTION engine copies the
 # globals its libraries see. The hook and what it uses are locals (upvalues): once `debug` is gone no script can
 # reach, replace or remove them. Lua code that catches errors (pcall, xpcall, coroutine.resume) re-raises the
-# time-out, so a script cannot catch it and go on. Returns the function the server calls as each script starts.
+# time-out, so a script cannot catch it and go on; coroutines (coroutine.create, coroutine.wrap) are hooked too.
+# Returns the function the server calls as each script starts.
 _TIME_LIMIT_SOURCE = b"""
 local sethook, error, expired, message, every = debug.sethook, error, ...
 local pcall0, xpcall0, resume0 = pcall, xpcall, coroutine.resume
@@ -230,7 +231,26 @@ xpcall = function(f, handler)
         return handler(e)
     end))
 end
-coroutine.resume = function(...) return checked(resume0(...)) end
+local function resume(...) return checked(resume0(...)) end
+coroutine.resume = resume
+-- A hook is set per coroutine, and a new one gets none of its own: each is hooked as it is created.
+local create0 = coroutine.create
+local function create(f)
+    local co = create0(f)
+    sethook(co, hook, "", every)
+    return co
+end
+coroutine.create = create
+local function unwrapped(ok, ...)
+    if not ok then
+        error((...), 0)   -- the error as it was raised (coroutine.wrap would prefix a string with where)
+    end
+    return ...
+end
+coroutine.wrap = function(f)
+    local co = create(f)
+    return function(...) return unwrapped(resume(co, ...)) end
+end
 return function() sethook(hook, "", every) end
 """
 

@@ -515,6 +515,7 @@ ENDLESS_SCRIPTS = {
                                       "function() while true do end end) end",
     "coroutines": "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
     "recursion under pcall": "local function f() while true do pcall(f) end end f()",
+    "wrapped coroutines": "while true do pcall(coroutine.wrap(function() while true do end end)) end",
 }
 
 
@@ -540,6 +541,8 @@ def test_an_endless_script_is_stopped_and_the_server_serves_on(quick_fake, scrip
     assert quick_fake.eval("local n = 0 for i = 1, 1000 do n = n + i end return n", 0) == 500500  # its own time
     assert quick_fake.eval("local ok, e = pcall(error, 'caught') if ok then return 'not' end return e", 0
                            ) == b"caught"   # pcall still catches what is not the time-out
+    assert quick_fake.eval("local f = coroutine.wrap(function(a) local b = coroutine.yield(a + 1) return b * 2 end) "
+                           "return {f(1), f(5)}", 0) == [2, 10]   # and coroutines still work
     assert quick_fake.ping()
 
 

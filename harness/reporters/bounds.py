@@ -118,5 +118,6 @@ def neutral(text: str) -> str:
     if _ACTIVE.search(text):
         text = _ACTIVE.sub(_escape, text)
     if _MARKS.search(text):
-        text = "\n".join(_learners_marks(line) for line in text.split("\n"))
+        escaped = "\n".join(_learners_marks(line) for line in text.split("\n"))
+        text = escaped if escaped != text else text   # unchanged text stays the very same string
     return text
