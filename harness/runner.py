@@ -213,7 +213,7 @@ class LearnerRunner:
                    "RETRYLAB_REDIS_DB": str(endpoint.db),
                    "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
                    "RETRYLAB_APP_MODULE": app.module, "RETRYLAB_APP_STUB": str(app.stub),
-                   "RETRYLAB_APP_SOCKET": str(channel.path), 
+                   "RETRYLAB_APP_SOCKET": str(channel.path),
                    "RETRYLAB_CLOCK_OFFSET": repr(run_clock.offset)}   # where the learner's clocks start
             if sandbox.isolated:  # no network in its namespace: the relay's unix socket is the only way out
                 socket_path = sandbox.socket_path("redis.sock")
