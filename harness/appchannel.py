@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import selectors
 import socket
 import struct
@@ -57,16 +58,31 @@ _HEADER = struct.Struct(">I")
 _MAX_SLEEP = 10 * 365 * 86400.0   # one sleep moves the clock at most this far (a sleep(1e300) stays finite)
 
 
+# A learner run's clock starts this far ahead of real time (plus up to RUN_CLOCK_JITTER, drawn per run):
+# every real-time source a learner can reach and the relay cannot answer for (redis.call('TIME') in a Lua
+# script, INFO's server_time_usec, XADD * ids) is then days away from the run's clock, so a time taken
+# from one cannot pass for the run's. Still well inside the epoch range a DLQ entry's timestamp may have.
+RUN_CLOCK_LEAD = 3 * 86400.0
+RUN_CLOCK_JITTER = 86400.0
+
+
 class RunClock:
     """The virtual clock of one learner run, shared by all its processes.
 
-    A learner process's sleep returns at once and moves this clock forward; every process sets its
-    own clocks to `offset` (sent back with each reply), so time.time() in the learner is
-    `real time + offset`, and so is `now()` here: what Redis TIME must answer for the run."""
+    It starts `start` seconds ahead of real time. A learner process's sleep returns at once and moves
+    this clock forward; every process starts at the run's offset (retrylab.runner passes it in the
+    environment) and sets its own clocks to `offset` (sent back with each reply), so time.time() in the
+    learner is `real time + offset`, and so is `now()` here: what Redis TIME must answer for the run."""
 
-    def __init__(self):
-        self._offset = 0.0
+    def __init__(self, start: float = 0.0):
+        self.start = float(start)
+        self._offset = self.start
         self._lock = threading.Lock()
+
+    @classmethod
+    def for_learner_run(cls) -> "RunClock":
+        """A learner run's clock: days ahead of real time, by an amount a learner cannot know."""
+        return cls(RUN_CLOCK_LEAD + random.uniform(0.0, RUN_CLOCK_JITTER))
 
     @property
     def offset(self) -> float:

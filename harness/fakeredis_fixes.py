@@ -34,6 +34,13 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
    server's runtimes (EVAL's and FUNCTION's) with no Python bridge, no access to any Python object's attributes, and
    none of those globals (as in Redis 7, whose sandbox keeps only `load`/`loadstring` confined to it), and refuses
    in scripts the administrative commands Redis 7 flags `noscript`.
+
+4. Lua has no time limit. `EVAL "while true do end" 0` holds the server lock and burns a core until the fake
+   server's process ends (measured: three of them made one grading take 117 s). Redis answers BUSY to other
+   clients after `busy-reply-threshold` (5 s) and lets SCRIPT KILL stop the script. Here a count hook, installed
+   in each runtime before `debug` is removed from its globals, looks at the clock every LUA_HOOK_INSTRUCTIONS
+   instructions and fails a script (EVAL's, a FUNCTION's, a library's code at FUNCTION LOAD) that has run longer
+   than SCRIPT_TIME_LIMIT; pcall, xpcall and coroutine.resume pass that error on, so a script cannot catch it.
 """
 from __future__ import annotations
 
@@ -188,6 +195,64 @@ SCRIPT_REFUSED_COMMANDS = frozenset({"acl", "client", "config", "debug", "shutdo
                                      "monitor", "sync", "psync", "failover", "save", "bgsave", "bgrewriteaof",
                                      "cluster", "migrate"})
 _RUNTIME_LOCK = threading.Lock()
+# gap 4: seconds a script may run before it is failed (Redis' busy-reply-threshold), and how often (in Lua VM
+# instructions) the hook looks at the clock: ~1000 looks per second of script, too few to slow a script down.
+SCRIPT_TIME_LIMIT = 5.0
+LUA_HOOK_INSTRUCTIONS = 100_000
+SCRIPT_TIMEOUT_MSG = ("Script killed: it ran for more than {limit:g} s (a real Redis would answer BUSY to every other "
+                      "client until SCRIPT KILL)")
+# Run in each runtime as it is created: while `debug` is there, and before fakeredis' FUNCTION engine copies the
+# globals its libraries see. The hook and what it uses are locals (upvalues): once `debug` is gone no script can
+# reach, replace or remove them. Lua code that catches errors (pcall, xpcall, coroutine.resume) re-raises the
+# time-out, so a script cannot catch it and go on; coroutines (coroutine.create, coroutine.wrap) are hooked too.
+# Returns the function the server calls as each script starts.
+_TIME_LIMIT_SOURCE = b"""
+local sethook, error, expired, message, every = debug.sethook, error, ...
+local pcall0, xpcall0, resume0 = pcall, xpcall, coroutine.resume
+local function hook()
+    if expired() then
+        error(message, 0)
+    end
+end
+local function checked(ok, ...)
+    if not ok and expired() then
+        error(message, 0)
+    end
+    return ok, ...
+end
+pcall = function(...) return checked(pcall0(...)) end
+-- Lua runs an error handler with hooks off when the error comes from the hook: a handler that loops would never
+-- be stopped, so past the time limit the handler is not run at all.
+xpcall = function(f, handler)
+    return checked(xpcall0(f, function(e)
+        if expired() then
+            return message
+        end
+        return handler(e)
+    end))
+end
+local function resume(...) return checked(resume0(...)) end
+coroutine.resume = resume
+-- A hook is set per coroutine, and a new one gets none of its own: each is hooked as it is created.
+local create0 = coroutine.create
+local function create(f)
+    local co = create0(f)
+    sethook(co, hook, "", every)
+    return co
+end
+coroutine.create = create
+local function unwrapped(ok, ...)
+    if not ok then
+        error((...), 0)   -- the error as it was raised (coroutine.wrap would prefix a string with where)
+    end
+    return ...
+end
+coroutine.wrap = function(f)
+    local co = create(f)
+    return function(...) return unwrapped(resume(co, ...)) end
+end
+return function() sethook(hook, "", every) end
+"""
 
 
 def _no_python_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
@@ -196,18 +261,39 @@ def _no_python_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
 
 
 class _SandboxedLua:
-    """The lupa module fakeredis builds its runtimes from, building them without any way into Python."""
+    """The lupa module fakeredis builds its runtimes from, building them without any way into Python, and timed:
+    `clock` is the last runtime's."""
 
     def __init__(self, module: Any):
         self._module = module
         self.LuaError = module.LuaError
+        self.clock: _ScriptClock | None = None
 
     def LuaRuntime(self, **kwargs: Any) -> Any:
-        return self._module.LuaRuntime(register_eval=False, register_builtins=False,
-                                       attribute_filter=_no_python_attributes, **kwargs)
+        runtime = self._module.LuaRuntime(register_eval=False, register_builtins=False,
+                                          attribute_filter=_no_python_attributes, **kwargs)
+        self.clock = _ScriptClock(runtime)
+        return runtime
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
+
+
+class _ScriptClock:
+    """When the script running in one Lua runtime started; its count hook asks whether it is over time."""
+
+    def __init__(self, runtime: Any):
+        self.started = time.monotonic()
+        message = SCRIPT_TIMEOUT_MSG.format(limit=SCRIPT_TIME_LIMIT).encode()
+        self._arm = runtime.execute(_TIME_LIMIT_SOURCE, self.expired, message, LUA_HOOK_INSTRUCTIONS)
+
+    def start(self) -> None:
+        """A script begins (called under the server lock): its time counts from now."""
+        self.started = time.monotonic()
+        self._arm()   # on the runtime's main thread, where the server runs every script
+
+    def expired(self) -> bool:
+        return time.monotonic() - self.started > SCRIPT_TIME_LIMIT
 
 
 def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> None:
@@ -226,30 +312,41 @@ class _PeerAwareFakeSocket(FakeSocket):
     """The fake socket behind one TCP connection of a PatchedTcpFakeServer."""
 
     def _get_server_runtime(self, server: Any) -> Any:
-        """fakeredis' EVAL runtime for `server`, built sandboxed (gap 3)."""
-        if hasattr(server, "_lua_runtime"):
-            return server._lua_runtime
-        with _RUNTIME_LOCK:   # fakeredis reads the lupa module from a global: lend it the sandboxed one meanwhile
-            if hasattr(server, "_lua_runtime"):
-                return server._lua_runtime
-            original = scripting_mixin.LUA_MODULE
-            scripting_mixin.LUA_MODULE = _SandboxedLua(original)
-            try:
-                runtime = super()._get_server_runtime(server)
-            finally:
-                scripting_mixin.LUA_MODULE = original
-            _remove_unsafe_globals(runtime, server._lua_expected_globals)
-        return runtime
+        """fakeredis' EVAL runtime for `server`, built sandboxed (gap 3) and timed (gap 4). EVAL asks for it
+        just before it runs a script, under the server lock."""
+        if not hasattr(server, "_lua_runtime"):
+            with _RUNTIME_LOCK:   # fakeredis reads the lupa module from a global: lend it the sandboxed one meanwhile
+                if not hasattr(server, "_lua_runtime"):
+                    original = scripting_mixin.LUA_MODULE
+                    sandboxed = scripting_mixin.LUA_MODULE = _SandboxedLua(original)
+                    try:
+                        runtime = super()._get_server_runtime(server)
+                    finally:
+                        scripting_mixin.LUA_MODULE = original
+                    server._retrylab_script_clock = sandboxed.clock
+                    _remove_unsafe_globals(runtime, server._lua_expected_globals)
+        self._start_script(server._retrylab_script_clock)
+        return server._lua_runtime
 
     def _functions(self) -> FunctionsEngine:
-        """fakeredis' FUNCTION/FCALL engine for this server, built sandboxed (gap 3)."""
+        """fakeredis' FUNCTION/FCALL engine for this server, built sandboxed (gap 3) and timed (gap 4). FCALL
+        and FUNCTION LOAD ask for it just before they run Lua, under the server lock."""
         s: Any = self._server
         if getattr(s, "_lua_functions", None) is None:
+            sandboxed = _SandboxedLua(scripting_mixin.LUA_MODULE)
             s._lua_functions = FunctionsEngine(
-                _SandboxedLua(scripting_mixin.LUA_MODULE), s.server_type, s.version, scripting_mixin._lua_redis_log,
+                sandboxed, s.server_type, s.version, scripting_mixin._lua_redis_log,
                 scripting_mixin._lua_cjson_encode, scripting_mixin._lua_cjson_decode, scripting_mixin._lua_cjson_null)
+            s._retrylab_function_clock = sandboxed.clock
             _remove_unsafe_globals(s._lua_functions.runtime, s._lua_functions.expected_globals)
+        self._start_script(s._retrylab_function_clock)
         return s._lua_functions
+
+    def _start_script(self, clock: _ScriptClock) -> None:
+        # Only for a command from a client: one a script runs (its _script_resp is set meanwhile) must not give
+        # the script running it a fresh start.
+        if self._script_resp is None:
+            clock.start()
 
     def _lua_redis_call(self, lua_runtime: Any, expected_globals: set[Any], op: bytes, *args: Any) -> Any:
         if _command_name(op) in SCRIPT_REFUSED_COMMANDS:

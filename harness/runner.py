@@ -180,12 +180,13 @@ class LearnerRunner:
         wall-clock limit stopped before it could start (`_starved`) is run once more; if that happens
         again, or the step's limit stopped it, `RunNotStarted` (a harness-side error, not a verdict).
         `app` decides the application module's calls (by default DEFAULT_APPLICATION's, knowing no
-        seeded message); `run_clock` is the run's virtual clock."""
+        seeded message); `run_clock` is the run's virtual clock (by default a new one, days ahead of real
+        time: take it from the caller when it compares a learner's timestamps with the run's time)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
         app = app or default_application()
-        run_clock = run_clock or RunClock()
+        run_clock = run_clock or RunClock.for_learner_run()
         first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock)
         if not _starved(first):
             return first
@@ -217,7 +218,8 @@ class LearnerRunner:
                    "RETRYLAB_REDIS_DB": str(endpoint.db),
                    "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
                    "RETRYLAB_APP_MODULE": app.module, "RETRYLAB_APP_STUB": str(app.stub),
-                   "RETRYLAB_APP_SOCKET": str(channel.path)}
+                   "RETRYLAB_APP_SOCKET": str(channel.path),
+                   "RETRYLAB_CLOCK_OFFSET": repr(run_clock.offset)}   # where the learner's clocks start
             if sandbox.isolated:  # no network in its namespace: the relay's unix socket is the only way out
                 socket_path = sandbox.socket_path("redis.sock")
                 proxy.serve_unix(socket_path)

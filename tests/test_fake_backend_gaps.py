@@ -20,7 +20,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from retrylab.backends import BackendUnavailable, RedisServerProcess
+from retrylab import fakeredis_fixes
+from retrylab.backends import BackendUnavailable, FakeBackend, RedisServerProcess
 from retrylab.fakeredis_fixes import PatchedTcpFakeServer, start_fake_server, stop_fake_server
 
 BACKENDS = ["fake", "real"]
@@ -502,3 +503,70 @@ def test_functions_are_sandboxed_too(backend: Backend, tmp_path) -> None:
             client.fcall(name, 0)
     client.function_flush()
     assert not marker.exists()
+
+
+# -- gap 4: a script's running time is bounded (fake backend only: a real Redis runs the script on, answering BUSY to
+# every other client, until SCRIPT KILL; the fake fails the script itself) ---------------------------------------------
+
+ENDLESS_SCRIPTS = {
+    "loop": "while true do end",
+    "pcall swallowing the error": "while true do pcall(function() while true do end end) end",
+    "xpcall with an endless handler": "while true do xpcall(function() while true do end end, "
+                                      "function() while true do end end) end",
+    "coroutines": "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+    "recursion under pcall": "local function f() while true do pcall(f) end end f()",
+    "wrapped coroutines": "while true do pcall(coroutine.wrap(function() while true do end end)) end",
+}
+
+
+@pytest.fixture
+def quick_fake(monkeypatch) -> Iterator[redis.Redis]:
+    """A fake server whose scripts may run half a second, and a client of it."""
+    monkeypatch.setattr(fakeredis_fixes, "SCRIPT_TIME_LIMIT", 0.5)
+    server = start_fake_server()
+    client = _client(server.port)
+    try:
+        yield client
+    finally:
+        client.close()
+        stop_fake_server(server)
+
+
+@pytest.mark.parametrize("script", sorted(ENDLESS_SCRIPTS))
+def test_an_endless_script_is_stopped_and_the_server_serves_on(quick_fake, script: str) -> None:
+    began = time.monotonic()
+    with pytest.raises(redis.ResponseError, match="Script killed"):
+        quick_fake.eval(ENDLESS_SCRIPTS[script], 0)
+    assert time.monotonic() - began < LIMIT
+    assert quick_fake.eval("local n = 0 for i = 1, 1000 do n = n + i end return n", 0) == 500500  # its own time
+    assert quick_fake.eval("local ok, e = pcall(error, 'caught') if ok then return 'not' end return e", 0
+                           ) == b"caught"   # pcall still catches what is not the time-out
+    assert quick_fake.eval("local f = coroutine.wrap(function(a) local b = coroutine.yield(a + 1) return b * 2 end) "
+                           "return {f(1), f(5)}", 0) == [2, 10]   # and coroutines still work
+    assert quick_fake.ping()
+
+
+def test_an_endless_function_or_library_is_stopped_too(quick_fake) -> None:
+    quick_fake.function_load("#!lua name=endless\nredis.register_function('spin', function() "
+                             "while true do pcall(function() while true do end end) end end)\n")
+    with pytest.raises(redis.ResponseError, match="Script killed"):
+        quick_fake.fcall("spin", 0)
+    with pytest.raises(redis.ResponseError, match="Script killed"):
+        quick_fake.function_load("#!lua name=stuck\nwhile true do end\n"
+                                 "redis.register_function('never', function() return 1 end)\n")
+    assert quick_fake.ping()
+
+
+def test_the_gradings_fake_backend_stops_an_endless_script_at_its_limit() -> None:
+    # what a learner's worker reaches: the fake server in its own process, with the default limit
+    backend = FakeBackend()
+    backend.start()
+    try:
+        with backend.private() as endpoint, endpoint.client(socket_timeout=30) as client:
+            began = time.monotonic()
+            with pytest.raises(redis.ResponseError, match="Script killed"):
+                client.eval("while true do end", 0)
+            assert fakeredis_fixes.SCRIPT_TIME_LIMIT <= time.monotonic() - began < 20
+            assert client.ping()
+    finally:
+        backend.stop()

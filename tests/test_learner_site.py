@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import time
+
 import pytest
 
+from retrylab.appchannel import RUN_CLOCK_LEAD, RunClock
 from retrylab.backends import FakeBackend, RedisServerBackend
 from retrylab.runner import LearnerRunner
 
@@ -26,12 +29,12 @@ def backend(request):
     backend.stop()
 
 
-def _run(tmp_path, backend, code: str):
+def _run(tmp_path, backend, code: str, run_clock: RunClock | None = None):
     folder = tmp_path / "submission"
     folder.mkdir(exist_ok=True)
     (folder / "script.py").write_text(code)
     with backend.private() as endpoint, endpoint.client() as client:
-        run = LearnerRunner(folder).run("script.py", endpoint, timeout=30)
+        run = LearnerRunner(folder).run("script.py", endpoint, timeout=30, run_clock=run_clock)
         keys = {k: client.lrange(k, 0, -1) for k in client.keys("*")}
     return run, keys
 
@@ -88,8 +91,29 @@ def test_the_runs_clock_is_shared_by_its_processes_and_redis_time_follows_it(tmp
             "os.wait()\ntime.sleep(0)\ntaskproc.process({'id': 'a', 'kind': 'good'})\n"
             "seconds, micros = r.time()\n"
             "print(json.dumps([time.time() - t0, seconds + micros / 1e6 - t0]))\n")
-    run, _ = _run(tmp_path, backend, code)
+    clock = RunClock.for_learner_run()
+    run, _ = _run(tmp_path, backend, code, run_clock=clock)
     local, server = json.loads(run.result.stdout)
     assert 500 <= local < 510 and 501 <= server < 511, (local, server)
     (call,) = run.calls
-    assert call.offset == 500   # the child's sleep, before the parent's call
+    assert call.offset == clock.start + 500   # the child's sleep, before the parent's call
+
+
+def test_the_runs_clock_is_days_ahead_of_every_real_time_source(tmp_path, backend):
+    # TIME inside a Lua script is the server's own clock, which the relay cannot answer for: the run's
+    # clock starts days ahead of it, so a first_seen_at taken from it cannot pass for the run's time
+    code = ("import datetime, json, time, redis, taskproc\n"
+            "r = redis.Redis()\n"
+            "local, now = time.time(), datetime.datetime.now().timestamp()\n"
+            "seconds, micros = r.time()\n"
+            "lua_seconds, lua_micros = r.eval(\"return redis.call('TIME')\", 0)\n"
+            "taskproc.process({'id': 'a', 'kind': 'good'})\n"
+            "print(json.dumps([local, now, seconds + micros / 1e6, int(lua_seconds) + int(lua_micros) / 1e6]))\n")
+    began = time.time()
+    run, _ = _run(tmp_path, backend, code)
+    local, now, server, lua = json.loads(run.result.stdout)
+    (call,) = run.calls
+    ahead = RUN_CLOCK_LEAD - 60
+    assert local - began > ahead and now - began > ahead and server - began > ahead, (local, now, server, began)
+    assert abs(server - local) < 5 and abs(call.t - local) < 5   # one clock: the learner's, TIME's, the record's
+    assert abs(lua - began) < 60, (lua, began)   # the server's real time, days behind the run's

@@ -37,6 +37,13 @@ def test_a_reset_first_seen_at_is_explained_with_the_virtual_clock(tmp_path):
     assert step7.status == "fail" and "virtual clock" in step7.message
 
 
+def test_a_first_seen_at_from_lua_time_is_said_to_come_from_another_clock(tmp_path):
+    # redis.call('TIME') in a script is the server's real time, days behind the run's clock
+    report = grade(ENTRIES["wrong/first-seen-from-lua-time"].materialize(tmp_path / "s"), steps=(7,))
+    [step7] = report.lab_results
+    assert step7.status == "fail" and "a clock other than the grading's" in step7.message, step7.message
+
+
 def _result(number, message):
     return StepResult(name=f"s{number}", title="t", status="fail", number=number, message=message)
 

@@ -20,8 +20,25 @@ ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066\u2067]")
 def test_neutral_escapes_what_a_terminal_acts_on_and_keeps_the_rest():
     assert neutral("a\x1b[2Jb\rc\bd\u202ee\x9bf\x07") == "a\\x1b[2Jb\\rc\\bd\\u202ee\\x9bf\\x07"
     assert neutral("line 1\r\nline 2\ttab") == "line 1\nline 2\ttab"   # CRLF is a line end
-    plain = "ok 你好 привет سلام \u2068x\u2069 \u200e"                  # the harness's own isolates stay
+    plain = "\u200eok 你好 привет سلام \u2068x\u2069"                  # the harness's own isolates and marks stay
     assert neutral(plain) is plain
+
+
+def test_neutral_escapes_a_learners_directional_marks_but_not_the_harnesss():
+    # RLM, ALM and LRM turn the direction of the text around them; the harness writes only LRM, first on a line
+    assert neutral("ab\u200fcd\u061cef\u200egh") == "ab\\u200fcd\\u061cef\\u200egh"
+    assert neutral("\u200f\u200eyes\n  \u061cno") == "\\u200f\\u200eyes\n  \\u061cno"
+    plot = i18n.ltr_lines("1 ---o--\n  2 -X----", "fa")            # a plot's rows, left to right
+    assert neutral(plot) == plot and neutral("      " + plot) == "      " + plot
+    assert neutral(plot + " \u200e\u200f") == plot + " \\u200e\\u200f"   # a learner's marks after it do not
+
+
+def test_a_persian_report_escapes_learner_marks_and_keeps_its_plot_rows():
+    chart = i18n.ltr_lines("1 ---o--\n2 -X----", "fa")
+    rendered = text.render(_report("worker.py printed: \u200fPASS\u061c 8/8\u200e\n" + chart, "fa"))
+    assert "\\u200fPASS\\u061c 8/8\\u200e" in rendered, rendered
+    assert "\u200f" not in rendered and "\u061c" not in rendered
+    assert "\u200e1 ---o--" in rendered and "\u200e2 -X----" in rendered   # the harness's marks survive
 
 
 def _report(message: str, lang: str = "en") -> Report:

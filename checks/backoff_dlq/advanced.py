@@ -36,13 +36,13 @@ import hashlib
 import json
 import re
 import threading
-import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import pytest
 
 from retrylab import keyspace
+from retrylab.appchannel import RunClock
 from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq.messages import decode_json, message_id, tr
 from retrylab.checks.backoff_dlq.settling import ONE_SHOT, RUN_TIMEOUT, every_message_accounted, worker_settled
@@ -113,7 +113,7 @@ class AdvancedRun:
     preseeded_entry: bytes
     run: ScriptRun
     keys: dict                   # the whole keyspace after the run
-    seeded_at: float
+    seeded_at: float             # on the run's clock (RunClock.now), as the calls' times are
     alerts: tuple[AlertRun, ...] = ()   # alert.py with the DLQ empty, then with ALERT_DEPTH entries
 
     def of_kind(self, kind: str) -> dict:
@@ -210,15 +210,16 @@ def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
     try:
         batch = advanced_batch()
         preseeded = messages.new_message("bad")
-        entry = messages.lab_dlq_entry(preseeded, first_seen_at=time.time() - 3600,
+        clock = RunClock.for_learner_run()   # days ahead of real time: the harness's times are on it too
+        entry = messages.lab_dlq_entry(preseeded, first_seen_at=clock.now() - 3600,
                                        error=f"task {preseeded['id']}: kind=bad is rejected by taskproc").encode()
         with redis_backend.private() as endpoint, endpoint.client() as client:
             client.rpush(messages.DLQ, entry)
             client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
-            seeded_at = time.time()
+            seeded_at = clock.now()
             run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT,
                               stop_when=worker_settled(every_message_accounted(batch), cancelled),
-                              app=TaskprocApp(seeded=[*batch, preseeded]))
+                              app=TaskprocApp(seeded=[*batch, preseeded]), run_clock=clock)
             content = keyspace.dump(client)
         alert_runs = alerts.result() if alerts else run_alerts(learner, redis_backend, cancelled)
     except BaseException:

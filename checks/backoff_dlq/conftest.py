@@ -7,13 +7,13 @@ that each check reads. That keeps grading fast without the checks sharing any mu
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass
 
 import pytest
 
 from retrylab import keyspace
+from retrylab.appchannel import RunClock
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.runner import ScriptRun
@@ -28,7 +28,7 @@ class WorkerRun:
     seeded: tuple[dict, ...]
     bad: dict
     run: ScriptRun
-    seeded_at: float
+    seeded_at: float                       # on the run's clock (RunClock.now), as the calls' times are
     queue: keyspace.KeyContent | None      # q:tasks after the run
     dlq: keyspace.KeyContent | None        # q:tasks:dlq after the run
     keys: dict
@@ -51,10 +51,11 @@ def worker_run(request, learner, redis_backend) -> WorkerRun:
     bad = next(m for m in batch if m["kind"] == "bad")
     with redis_backend.private() as endpoint, endpoint.client() as client:
         client.rpush(messages.QUEUE, *(json.dumps(m) for m in batch))
-        seeded_at = time.time()
+        clock = RunClock.for_learner_run()   # days ahead of real time: seeded_at is on the run's clock
+        seeded_at = clock.now()
         run = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT,
                           stop_when=worker_settled(lab_done(batch)),
-                          app=TaskprocApp(seeded=batch))     # process decides by what was seeded
+                          app=TaskprocApp(seeded=batch), run_clock=clock)   # process decides by what was seeded
         content = keyspace.dump(client)
     return WorkerRun(seeded=tuple(batch), bad=bad, run=run, seeded_at=seeded_at,
                      queue=content.get(messages.QUEUE.encode()), dlq=content.get(messages.DLQ.encode()),

@@ -9,7 +9,11 @@ The clock is the run's, kept by the harness (retrylab.appchannel.RunClock): each
 the application channel, and the reply (to a sleep or to any call of the application module) carries
 the run's offset, which this process takes as its own. So every process of a run, and the harness's
 record of calls, read one clock. Without a channel (no RETRYLAB_APP_SOCKET) the offset is local.
+A process starts at the offset the run had when it began (RETRYLAB_CLOCK_OFFSET): the run's clock is
+days ahead of real time, so the process's first time.time() is already the run's, not real time.
 """
+import math
+import os
 import sys
 import threading
 import time
@@ -118,11 +122,24 @@ def _import_time_machine():
     return time_machine
 
 
+OFFSET_VARIABLE = "RETRYLAB_CLOCK_OFFSET"
+
+
+def _starting_offset() -> float:
+    """The run's offset when it began, as the harness set it (0 when absent or unreadable)."""
+    try:
+        value = float(os.environ.get(OFFSET_VARIABLE) or 0.0)
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and 0.0 <= value < 1e9 else 0.0
+
+
 def install() -> None:
-    global _traveller
+    global _traveller, _offset
     time_machine = _import_time_machine()
 
-    _traveller = time_machine.travel(time.time(), tick=True).start()
+    _offset = _starting_offset()
+    _traveller = time_machine.travel(time.time() + _offset, tick=True).start()
     time.sleep = sleep
     time.monotonic, time.monotonic_ns = monotonic, monotonic_ns
     time.perf_counter, time.perf_counter_ns = perf_counter, perf_counter_ns

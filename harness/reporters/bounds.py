@@ -87,6 +87,10 @@ def _around_notice(text: str, size: int, room: int, what: str, utf8: bool, lang:
 # only, and marks a line's direction with LRM), the line and paragraph separators, and the
 # interlinear annotation controls.
 _ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066\u2067\u2028\u2029\ufff9-\ufffb]")
+# The directional marks LRM, RLM and ALM: each turns the direction of the text around it. The harness
+# writes only LRM, and only as a line's first character after its indentation (i18n.ltr_lines: a plot's
+# rows left to right in a Persian report); every other mark is learner text.
+_MARKS = re.compile("[\u200e\u200f\u061c]")
 
 
 def _escape(match: re.Match) -> str:
@@ -96,11 +100,24 @@ def _escape(match: re.Match) -> str:
         f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
+def _learners_marks(line: str) -> str:
+    """`line` with its directional marks escaped, but for the harness's own LRM (see _MARKS)."""
+    start = len(line) - len(line.lstrip(" "))
+    if line.startswith(i18n.LRM, start):
+        start += 1
+    return line[:start] + _MARKS.sub(_escape, line[start:])
+
+
 def neutral(text: str) -> str:
     """`text` for a terminal or a page of human text: every character that would act rather than show
     (ESC sequences that move the cursor or repaint a line, a lone CR that returns to the line's start,
-    backspace, bidi overrides) written as a visible escape (`\\x1b`, `\\r`, `\\u202e`). A learner's
-    script or data could otherwise paint a passing verdict over the real one. A CR LF pair is a line
-    end, as a CRLF file's lines are quoted."""
+    backspace, bidi overrides, a learner's directional marks) written as a visible escape (`\\x1b`,
+    `\\r`, `\\u202e`, `\\u200f`). A learner's script or data could otherwise paint a passing verdict
+    over the real one. A CR LF pair is a line end, as a CRLF file's lines are quoted."""
     text = text.replace("\r\n", "\n")
-    return _ACTIVE.sub(_escape, text) if _ACTIVE.search(text) else text
+    if _ACTIVE.search(text):
+        text = _ACTIVE.sub(_escape, text)
+    if _MARKS.search(text):
+        escaped = "\n".join(_learners_marks(line) for line in text.split("\n"))
+        text = escaped if escaped != text else text   # unchanged text stays the very same string
+    return text
