@@ -497,6 +497,8 @@ class ContainerBackend(Backend):
         self._ids: dict[Endpoint, str] = {}     # container ids by where they answer
         self._idle: list[Endpoint] = []
         self._sigterm: contextlib.ExitStack | None = None
+        self._creating = 0          # containers on their way in other threads (the advanced run's, say)
+        self._stopped = False
 
     def probe(self) -> None:
         """Engine, image and a container that answers, before grading: each failure is one line."""
@@ -508,6 +510,7 @@ class ContainerBackend(Backend):
         with contextlib.closing(_docker_engine()) as engine:
             containers.sweep_stale(engine)
             containers.ensure_image_present(engine, self.image)
+        self._stopped = False
         self._sigterm = contextlib.ExitStack()
         self._sigterm.enter_context(containers.removed_on_sigterm())
         try:
@@ -518,13 +521,32 @@ class ContainerBackend(Backend):
 
     def _start_one(self) -> Endpoint:
         from retrylab import containers
-        container_id, endpoint = containers.start_redis_container(self.image)
         with self._lock:
-            self._ids[endpoint] = container_id
-        return endpoint
+            self._creating += 1
+        try:
+            container_id, endpoint = containers.start_redis_container(self.image)
+            with self._lock:
+                late = self._stopped
+                if not late:
+                    self._ids[endpoint] = container_id
+            if late:   # the grading ended (an interrupt) while this one was being made: it goes at once
+                containers.remove_containers([container_id])
+                containers.OWNED.discard(container_id)
+                raise BackendUnavailable("the grading ended while a Redis container was starting")
+            return endpoint
+        finally:
+            with self._lock:
+                self._creating -= 1
 
     def stop(self) -> None:
         from retrylab import containers
+        with self._lock:
+            self._stopped = True
+        # containers still being made by other threads remove themselves (above): wait for that, or
+        # this process may end first and leave them running
+        deadline = time.monotonic() + containers.API_TIMEOUT
+        while self._creating and time.monotonic() < deadline:
+            time.sleep(0.02)
         with self._lock:
             ids, self._ids, self._idle = list(self._ids.values()), {}, []
         containers.remove_containers(ids)
