@@ -8,7 +8,8 @@ import pytest
 # The CLI picks its language from the locale; the tests read English messages whatever the machine's is.
 os.environ["LANGUAGE"] = "en"
 
-from retrylab.backends import RedisServerProcess
+from retrylab.backends import Endpoint, RedisServerProcess
+from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,20 @@ def private_redis_server(_redis_server_process):
         client.flushall()
         client.script_flush()
     return _redis_server_process
+
+
+@pytest.fixture(scope="module")
+def fake_endpoint():
+    """A fake server (fakeredis over TCP, with the harness's fixes) shared by a module's tests."""
+    server = start_fake_server()
+    yield Endpoint("127.0.0.1", server.port)
+    stop_fake_server(server)
+
+
+@pytest.fixture(params=["fake", "real"])
+def endpoint(request) -> Endpoint:
+    """An empty Redis of each kind: the module's fake server, then the private redis-server."""
+    chosen = request.getfixturevalue("fake_endpoint" if request.param == "fake" else "private_redis_server")
+    with chosen.client() as client:
+        client.flushall()
+    return chosen

@@ -4,17 +4,8 @@ from __future__ import annotations
 import pytest
 
 from retrylab import keyspace
-from retrylab.backends import Endpoint
-from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
 
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def fake_endpoint():
-    server = start_fake_server()
-    yield Endpoint("127.0.0.1", server.port)
-    stop_fake_server(server)
 
 
 @pytest.fixture(params=["fake", "real"])

@@ -8,24 +8,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from retrylab.backends import Endpoint
-from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
 from retrylab.proxy import RecordingProxy
 from retrylab.relay_guard import AdminGuard
-
-
-@pytest.fixture(scope="module")
-def fake_endpoint():
-    server = start_fake_server()
-    yield Endpoint("127.0.0.1", server.port)
-    stop_fake_server(server)
-
-
-@pytest.fixture(params=["fake", "real"])
-def endpoint(request) -> Endpoint:
-    chosen = request.getfixturevalue("fake_endpoint" if request.param == "fake" else "private_redis_server")
-    with chosen.client() as client:
-        client.flushall()
-    return chosen
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 
 from retrylab import proxy as proxy_module
 from retrylab.backends import Endpoint
-from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
 from retrylab.proxy import RecordingProxy, _CommandParser, _ProtocolConfusion
 from retrylab.relay_guard import AdminGuard
 
@@ -57,21 +56,6 @@ def recv_line(sock: socket.socket) -> bytes:
         assert chunk, f"connection closed after {data!r}"
         data += chunk
     return data
-
-
-@pytest.fixture(scope="module")
-def fake_endpoint():
-    server = start_fake_server()
-    yield Endpoint("127.0.0.1", server.port)
-    stop_fake_server(server)
-
-
-@pytest.fixture(params=["fake", "real"])
-def endpoint(request) -> Endpoint:
-    chosen = request.getfixturevalue("fake_endpoint" if request.param == "fake" else "private_redis_server")
-    with chosen.client() as client:
-        client.flushall()
-    return chosen
 
 
 def guarded(endpoint: Endpoint, **kwargs) -> RecordingProxy:
