@@ -2,16 +2,13 @@
 user names (url), or Redis containers on a Docker engine (retrylab.containers)."""
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
-import random
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -23,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from retrylab import tempdirs
+from retrylab.spawn import server_uid, spawn_server
 
 
 class BackendUnavailable(RuntimeError):
@@ -53,50 +51,6 @@ class Endpoint:
         kwargs.setdefault("socket_timeout", 10)
         return redis.Redis(host=self.host, port=self.port, db=self.db, username=self.username,
                            password=self.password, **kwargs)
-
-
-_PR_SET_PDEATHSIG = 1
-_spawner: concurrent.futures.ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-
-
-_PR_SET_NO_NEW_PRIVS = 38
-_SERVER_UIDS = (2_140_000_000, 2_147_000_000)   # private servers' uids as root: never a real user's, nor a learner's
-
-
-def _die_with_parent(prctl, parent: int) -> None:
-    """In the forked child, before exec (and after any change of uid, which would clear it): be killed when the
-    grading process dies, however it dies (SIGKILL, an unhandled SIGTERM, a crash); never outlive a parent that died
-    before this ran; gain no privileges by exec. `prctl` is resolved in the parent: nothing is imported after fork."""
-    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def server_uid() -> int | None:
-    """As root, a fresh unprivileged uid (and gid) for a private server; None otherwise."""
-    return random.randrange(*_SERVER_UIDS) if os.geteuid() == 0 else None
-
-
-def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
-    """Start a private server process that dies with the grading.
-
-    It gets its own process group (a terminal's Ctrl-C reaches the grading, which stops it in order) and, on Linux,
-    the parent-death signal. The kernel sends that signal when the *thread* that forked the child ends, so every
-    server is forked from one long-lived thread: a check run on a worker thread that ends must not take the server
-    it started (and later checks reuse) with it."""
-    global _spawner
-    if not sys.platform.startswith("linux"):
-        return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="retrylab-server-spawner")
-    import ctypes
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-    return _spawner.submit(subprocess.Popen, argv, start_new_session=True,
-                           preexec_fn=lambda: _die_with_parent(prctl, parent), **popen_kwargs).result()
 
 
 # Every private redis-server: a memory limit (a learner's memory bomb gets OOM errors, not the machine's memory),

@@ -3,7 +3,7 @@ PatchedTcpFakeServer (on a new port) for every private Redis.
 
 Why a child: the fake server runs whatever a learner's script sends it, EVAL included. In the grading process a
 flaw in fakeredis (or its Lua bridge) would be a flaw in the grader; in a child it reaches an unprivileged process
-that holds nothing but fake Redis data. The child is started from the grading (retrylab.backends.spawn_server: its
+that holds nothing but fake Redis data. The child is started from the grading (retrylab.spawn.spawn_server: its
 own process group, killed when the grading dies), imports everything it needs and warms fakeredis' Lua up while
 still privileged, then, as root, drops to a fresh unprivileged uid with no capabilities and no_new_privs, and bounds
 its own memory. One process per grading keeps the cost to one interpreter start (~0.3 s, overlapped with the
@@ -19,70 +19,107 @@ from __future__ import annotations
 import os
 import random
 import resource
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
+
+from retrylab.spawn import kill_group
 
 UID_RANGE = (2_100_000_000, 2_140_000_000)   # beside the sandbox's learner uids (2.0e9-2.1e9), never a real user
 MEMORY_LIMIT = 1536 << 20                    # address space of the child: a memory bomb stops here
 THREAD_STACK = 1 << 20                       # each connection is a thread; keep their reserved stacks small
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 1, 38, 24
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 30.0                         # seconds for the child to start serving (a loaded machine)
+ANSWER_TIMEOUT = 10.0                        # seconds for a new server's port
 
 
 class FakeServerProcess:
     """The parent's handle on the child. Thread-safe; `start()` returns at once, the first `new_server()` waits for
-    the child to be ready."""
+    the child to be ready.
+
+    Every answer is awaited for a bounded time, and an exchange cut short (Ctrl-C while waiting for the child's
+    `ready` or a port) ends that child: its next line could no longer be matched to a request, and a thread
+    waiting for a `ready` already read by the interrupted one waited for ever (`watch` hung after Ctrl-C in CI).
+    The next request starts a new child."""
 
     def __init__(self):
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._ready = False
+        self._pending = b""          # what the child wrote after the last whole line read
 
     def start(self) -> FakeServerProcess:
-        from retrylab.backends import spawn_server
-        self._proc = spawn_server([sys.executable, "-I", "-m", "retrylab.fake_server_process"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  close_fds=True)
+        from retrylab.spawn import spawn_server
+        proc = spawn_server([sys.executable, "-I", "-m", "retrylab.fake_server_process"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            close_fds=True, bufsize=0)
+        with self._lock:
+            if self._proc is not None:      # another thread started one meanwhile
+                kill_group(proc)
+            else:
+                self._proc, self._ready, self._pending = proc, False, b""
         return self
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def _line(self) -> str:
-        line = self._proc.stdout.readline()
-        if not line:
-            from retrylab.backends import BackendUnavailable
-            raise BackendUnavailable("the fake Redis server process ended (exit status "
-                                     f"{self._proc.poll()}); try --backend redis-server")
-        return line.decode().strip()
+    def _line(self, timeout: float) -> str:
+        """The child's next line, within `timeout` seconds."""
+        from retrylab.backends import BackendUnavailable
+        deadline = time.monotonic() + timeout
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise BackendUnavailable(f"the fake Redis server process did not answer in {timeout:.0f} s; "
+                                         "try --backend redis-server")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise BackendUnavailable("the fake Redis server process ended (exit status "
+                                         f"{self._proc.poll()}); try --backend redis-server")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode(errors="replace").strip()
 
     def new_server(self) -> int:
+        if self._proc is None:
+            self.start()
         with self._lock:
-            if self._proc is None:
-                self.start()
-            if not self._ready:
-                if self._line() != "ready":
-                    raise RuntimeError("the fake Redis server process did not start")
-                self._ready = True
-            self._proc.stdin.write(b"new\n")
-            self._proc.stdin.flush()
-            return int(self._line())
+            if self._proc is None:           # stopped meanwhile (the grading is ending)
+                from retrylab.backends import BackendUnavailable
+                raise BackendUnavailable("the fake Redis server process was stopped")
+            try:
+                if not self._ready:
+                    if self._line(READY_TIMEOUT) != "ready":
+                        raise RuntimeError("the fake Redis server process did not start")
+                    self._ready = True
+                self._proc.stdin.write(b"new\n")
+                return int(self._line(ANSWER_TIMEOUT))
+            except BaseException:
+                self._discard()
+                raise
+
+    def _discard(self) -> None:
+        """End the child after an exchange that did not complete (the lock is held)."""
+        proc, self._proc, self._ready, self._pending = self._proc, None, False, b""
+        if proc is not None:
+            kill_group(proc)
 
     def stop_server(self, port: int) -> None:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 try:
                     self._proc.stdin.write(b"stop %d\n" % port)
-                    self._proc.stdin.flush()
                 except OSError:
                     pass
 
     def stop(self) -> None:
         with self._lock:
-            proc, self._proc, self._ready = self._proc, None, False
+            proc, self._proc, self._ready, self._pending = self._proc, None, False, b""
         if proc is None:
             return
         try:
@@ -91,13 +128,9 @@ class FakeServerProcess:
         except (OSError, subprocess.TimeoutExpired):
             pass
         if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+            kill_group(proc)
+        else:
+            proc.stdout.close()
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""Private server processes (a fake Redis child, redis-server, nats-server, ...) that die with the grading.
+
+Each gets its own process group (a terminal's Ctrl-C reaches the grading, which stops them in order) and,
+on Linux, the parent-death signal. The kernel sends that signal when the *thread* that forked the child
+ends, so every server is forked from one long-lived thread: a check run on a worker thread that ends must
+not take the server it started (and later checks reuse) with it.
+
+That thread is a daemon: an interpreter that is exiting (a Ctrl-C in `retrylab watch`) never waits for it.
+concurrent.futures' pool threads are not daemons and are joined at exit only if their registration
+finished; a KeyboardInterrupt between a pool thread's start and its registration left one the exit waited
+on for ever (`watch` hung after Ctrl-C in CI).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_SERVER_UIDS = (2_140_000_000, 2_147_000_000)   # private servers' uids as root: never a real user's, nor a learner's
+
+
+def _die_with_parent(prctl, parent: int) -> None:
+    """In the forked child, before exec (and after any change of uid, which would clear it): be killed when the
+    grading's spawning thread ends, and stop if the grading is already gone (it may have died between fork and
+    before this ran; gain no privileges by exec. `prctl` is resolved in the parent: nothing is imported after fork."""
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def server_uid() -> int | None:
+    """As root, a fresh unprivileged uid (and gid) for a private server; None otherwise."""
+    return random.randrange(*_SERVER_UIDS) if os.geteuid() == 0 else None
+
+
+class _Spawner:
+    """One daemon thread that forks every private server, handed work through a queue."""
+
+    def __init__(self):
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, function, *args, **kwargs) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="retrylab-server-spawner", daemon=True)
+                self._thread.start()
+        self._work.put((future, function, args, kwargs))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, function, args, kwargs = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+
+_spawner = _Spawner()
+
+
+def _kill_when_made(future: concurrent.futures.Future) -> None:
+    """The caller stopped waiting (Ctrl-C): the process it asked for is nobody's, so it goes as soon as it exists."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    kill_group(future.result())
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a server started here (its whole process group) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """Start a private server process that dies with the grading (see the module's text)."""
+    if not sys.platform.startswith("linux"):
+        return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+    future = _spawner.submit(subprocess.Popen, argv, start_new_session=True,
+                             preexec_fn=lambda: _die_with_parent(prctl, parent), **popen_kwargs)
+    try:
+        return future.result()
+    except BaseException:
+        if not future.cancel():
+            future.add_done_callback(_kill_when_made)
+        raise
