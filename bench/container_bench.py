@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from retrylab import containers
+from retrylab.brokers.redis import containers
 from retrylab.fixtures.corpus import REFERENCE
 
 

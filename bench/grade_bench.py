@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from retrylab import exercise as exercises
-from retrylab.backends import make_backend
+from retrylab.brokers.redis.backends import make_backend
 from retrylab.fixtures import corpus
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.plugin import STEP_KEY, TIMING_KEY

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from retrylab import i18n
 from retrylab.calllog import BYTES, CALLS, MALFORMED, Call, CallRecord, RecordLimit
-from retrylab.proxy import time_answer
+from retrylab.brokers.redis.proxy import time_answer
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
 MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped

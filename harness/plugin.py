@@ -14,7 +14,7 @@ import pytest
 
 from retrylab import exercise as exercises
 from retrylab import i18n, tempdirs
-from retrylab.backends import BackendUnavailable, make_backend, BACKENDS
+from retrylab.brokers.redis.backends import BackendUnavailable, make_backend, BACKENDS
 from retrylab.limits import StepClock, StepTimeLimit, step_label
 from retrylab.runner import LearnerRunner
 from retrylab.verdict import CheckFailed

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import redis
 
-from retrylab import i18n, keyspace
+from retrylab import i18n
+from retrylab.brokers.redis import keyspace
 from retrylab.appchannel import AppChannel, Application, RunClock, VirtualTime, describe_call_limit
-from retrylab.backends import Endpoint
+from retrylab.brokers.redis.backends import Endpoint
 from retrylab.calllog import Call, RecordLimit
 from retrylab.limits import RUN_MARGIN, StepClock
-from retrylab.proxy import Command, RecordingProxy
-from retrylab.relay_guard import AdminGuard
+from retrylab.brokers.redis.proxy import Command, RecordingProxy
+from retrylab.brokers.redis.relay_guard import AdminGuard
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
 from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never, read_keys
 

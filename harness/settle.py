@@ -35,7 +35,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from retrylab.proxy import Command
+from retrylab.brokers.redis.proxy import Command
 
 __all__ = ["BLOCKING_READS", "Reason", "Stop", "StopCondition", "blocked", "is_blocking_read", "never",
            "no_progress", "read_keys", "read_timeout", "repeated_read", "when"]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from retrylab import backends, container_image, containers
-from retrylab.backends import (CLAIM_KEY, BackendUnavailable, ContainerBackend, Endpoint, RedisServerProcess,
+from retrylab.brokers.redis import backends, container_image, containers
+from retrylab.brokers.redis.backends import (CLAIM_KEY, BackendUnavailable, ContainerBackend, Endpoint, RedisServerProcess,
                                UrlBackend, free_port, make_backend)
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.grading import grade
@@ -301,7 +301,7 @@ def test_each_private_redis_is_an_empty_container_of_its_own(engine):
 def test_a_missing_local_image_is_one_line_with_the_fix(engine):
     env = {**os.environ, "RETRYLAB_REDIS_IMAGE": "retrylab/redis:0.0.0-absent"}
     stderr = one_line_no_traceback(retrylab("check", str(REFERENCE), "--backend", "container", env=env))
-    assert "no image retrylab/redis:0.0.0-absent" in stderr and "python -m retrylab.container_image" in stderr
+    assert "no image retrylab/redis:0.0.0-absent" in stderr and "python -m retrylab.brokers.redis.container_image" in stderr
 
 
 def test_an_image_that_cannot_be_pulled_gives_the_whole_reason(engine):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import backends, cli
+from retrylab.brokers.redis import backends, cli
 from retrylab.fixtures.corpus import REFERENCE
 
 README = Path(__file__).resolve().parents[1] / "README.md"

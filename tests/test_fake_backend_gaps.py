@@ -1,4 +1,4 @@
-"""The fake backend's fixes (retrylab.fakeredis_fixes) against real Redis.
+"""The fake backend's fixes (retrylab.brokers.redis.fakeredis_fixes) against real Redis.
 
 Every test runs on both backends, the patched fakeredis TCP server and a private redis-server (never the shared
 :6379), and asserts the same, real-Redis, behaviour on both. Waits are bounded; the only timing assertions are loose
@@ -20,9 +20,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from retrylab import fakeredis_fixes
-from retrylab.backends import BackendUnavailable, FakeBackend, RedisServerProcess
-from retrylab.fakeredis_fixes import PatchedTcpFakeServer, start_fake_server, stop_fake_server
+from retrylab.brokers.redis import fakeredis_fixes
+from retrylab.brokers.redis.backends import BackendUnavailable, FakeBackend, RedisServerProcess
+from retrylab.brokers.redis.fakeredis_fixes import PatchedTcpFakeServer, start_fake_server, stop_fake_server
 
 BACKENDS = ["fake", "real"]
 LIMIT = 10.0  # upper bound on any wait: a test that would hang fails instead

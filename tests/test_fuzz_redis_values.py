@@ -18,14 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retrylab import keyspace
-from retrylab.backends import make_backend
+from retrylab.brokers.redis import keyspace
+from retrylab.brokers.redis.backends import make_backend
 from retrylab.checks.backoff_dlq import messages as dlq_messages
 from retrylab.checks.backoff_dlq import observe
 from retrylab.fixtures import messages
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.grading import grade
-from retrylab.proxy import Command
+from retrylab.brokers.redis.proxy import Command
 from retrylab.runner import ScriptRun
 
 BACKENDS = ["fake", "redis-server"]

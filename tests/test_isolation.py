@@ -21,10 +21,10 @@ import pytest
 import redis
 
 from retrylab import sandbox
-from retrylab.backends import RedisServerProcess
+from retrylab.brokers.redis.backends import RedisServerProcess
 from retrylab.fixtures import corpus
 from retrylab.grading import grade
-from retrylab.proxy import RecordingProxy
+from retrylab.brokers.redis.proxy import RecordingProxy
 from retrylab.sandbox import Containment, Sandbox
 
 DETECTED = sandbox.containment()

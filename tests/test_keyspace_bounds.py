@@ -1,9 +1,9 @@
-"""The keyspace reader (retrylab.keyspace) bounds what crosses into the grading process, on both backends."""
+"""The keyspace reader (retrylab.brokers.redis.keyspace) bounds what crosses into the grading process, on both backends."""
 from __future__ import annotations
 
 import pytest
 
-from retrylab import keyspace
+from retrylab.brokers.redis import keyspace
 
 MIB = 1 << 20
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from retrylab.appchannel import RUN_CLOCK_LEAD, RunClock
-from retrylab.backends import FakeBackend, RedisServerBackend
+from retrylab.brokers.redis.backends import FakeBackend, RedisServerBackend
 from retrylab.runner import LearnerRunner
 
 CONNECT_STYLES = {

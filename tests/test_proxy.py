@@ -1,4 +1,4 @@
-"""Tests of the recording relay (retrylab.proxy) against a private redis-server and fakeredis' TCP server.
+"""Tests of the recording relay (retrylab.brokers.redis.proxy) against a private redis-server and fakeredis' TCP server.
 
 No assertion here depends on timing: waits poll for a condition and give up only after a generous deadline (a hang
 guard), never to check that something was fast.
@@ -23,9 +23,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from fakeredis import TcpFakeServer
 
-from retrylab import proxy as proxy_module
-from retrylab.backends import Endpoint, free_port
-from retrylab.proxy import REDACTED, Command, RecordingProxy, _CommandParser, _ProtocolConfusion, _ReplyParser, _split_inline
+from retrylab.brokers.redis import proxy as proxy_module
+from retrylab.brokers.redis.backends import Endpoint, free_port
+from retrylab.brokers.redis.proxy import REDACTED, Command, RecordingProxy, _CommandParser, _ProtocolConfusion, _ReplyParser, _split_inline
 
 WAIT = 15.0  # hang guard for every wait: generous, never a performance limit
 BLOCK = 30  # BLPOP timeout in seconds: longer than any wait, so a BLPOP only ends by getting an element

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from retrylab import backends
-from retrylab.backends import RedisServerProcess
-from retrylab.proxy import RecordingProxy
+from retrylab.brokers.redis import backends
+from retrylab.brokers.redis.backends import RedisServerProcess
+from retrylab.brokers.redis.proxy import RecordingProxy
 
 
 def test_a_port_taken_after_probing_is_not_mistaken_for_our_server(monkeypatch, private_redis_server):

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from retrylab.checks.backoff_dlq import artifacts
-from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
+from retrylab.brokers.redis.fakeredis_fixes import start_fake_server, stop_fake_server
 from retrylab.solution.retryqueue import backoff, dlq, errors, keys, messages, monitor, reliable
 from retrylab.solution.retryqueue import replay as replaying
 from retrylab.solution.retryqueue.delayed import DelayedRetries

@@ -1,4 +1,4 @@
-"""The relay's guard (retrylab.relay_guard) in front of fakeredis and a private redis-server: what learner code is
+"""The relay's guard (retrylab.brokers.redis.relay_guard) in front of fakeredis and a private redis-server: what learner code is
 refused, in order with everything else, and what it may still do."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from retrylab.backends import Endpoint
-from retrylab.proxy import RecordingProxy
-from retrylab.relay_guard import AdminGuard
+from retrylab.brokers.redis.backends import Endpoint
+from retrylab.brokers.redis.proxy import RecordingProxy
+from retrylab.brokers.redis.relay_guard import AdminGuard
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The recording relay (retrylab.proxy) against a learner who attacks it: framing that two servers read differently,
+"""The recording relay (retrylab.brokers.redis.proxy) against a learner who attacks it: framing that two servers read differently,
 intercepted commands too big to hold, and floods of connections.
 
 Waits poll for a condition and give up after a generous deadline (a hang guard), never to check that something was
@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from retrylab import proxy as proxy_module
-from retrylab.backends import Endpoint
-from retrylab.proxy import RecordingProxy, _CommandParser, _ProtocolConfusion
-from retrylab.relay_guard import AdminGuard
+from retrylab.brokers.redis import proxy as proxy_module
+from retrylab.brokers.redis.backends import Endpoint
+from retrylab.brokers.redis.proxy import RecordingProxy, _CommandParser, _ProtocolConfusion
+from retrylab.brokers.redis.relay_guard import AdminGuard
 
 WAIT = 15.0
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from retrylab import cli
-from retrylab.backends import Endpoint, RedisServerProcess, free_port
+from retrylab.brokers.redis.backends import Endpoint, RedisServerProcess, free_port
 from retrylab.fixtures import corpus
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.fixtures.messages import DLQ, QUEUE

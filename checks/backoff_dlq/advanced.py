@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 import pytest
 
-from retrylab import keyspace
+from retrylab.brokers.redis import keyspace
 from retrylab.appchannel import RunClock
 from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq.messages import decode_json, message_id, tr
@@ -49,7 +49,7 @@ from retrylab.checks.backoff_dlq.settling import ONE_SHOT, RUN_TIMEOUT, every_me
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc import SECONDS_PER_CALL
 from retrylab.fixtures.taskproc_app import TaskprocApp
-from retrylab.proxy import Command
+from retrylab.brokers.redis.proxy import Command
 from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, when
 

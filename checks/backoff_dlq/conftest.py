@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from retrylab import keyspace
+from retrylab.brokers.redis import keyspace
 from retrylab.appchannel import RunClock
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc_app import TaskprocApp

@@ -23,7 +23,7 @@ import threading
 from collections import Counter
 from typing import Callable, Iterable
 
-from retrylab import keyspace
+from retrylab.brokers.redis import keyspace
 from retrylab.checks.backoff_dlq.messages import tr
 from retrylab.fixtures import messages
 from retrylab.settle import Reason, StopCondition, blocked, no_progress, repeated_read, when

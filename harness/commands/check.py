@@ -8,7 +8,7 @@ from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab import i18n
-from retrylab.backends import BACKENDS, make_backend
+from retrylab.brokers.redis.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
 from retrylab.reporters import FORMATS, github
 from retrylab.reporters.bounds import neutral

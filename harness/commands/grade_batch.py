@@ -7,7 +7,7 @@ from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab import i18n
-from retrylab.backends import BACKENDS, make_backend
+from retrylab.brokers.redis.backends import BACKENDS, make_backend
 from retrylab.commands import UsageError
 from retrylab.commands.check import add_lang_argument, check_output_path, require_isolation
 

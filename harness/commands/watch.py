@@ -333,7 +333,7 @@ def run(args) -> int:
     args.directory = directory.resolve()
     lang = i18n.resolve(args.lang)
     exercise = exercises.get(args.exercise)
-    from retrylab.backends import make_backend
+    from retrylab.brokers.redis.backends import make_backend
     make_backend(args.backend).probe()  # one line and exit 2 now rather than a failed grading later
     watcher = Watcher(args, exercise, lang)
 

@@ -6,7 +6,7 @@ libraries `ldd` lists for it (nothing else: no shell, no package manager), tagge
 Idempotent: an image whose label names the same binary (its SHA-256) is kept, so a second call
 costs one engine request.
 
-    python -m retrylab.container_image [--force]      (or scripts/make_redis_image.sh)
+    python -m retrylab.brokers.redis.container_image [--force]      (or scripts/make_redis_image.sh)
 """
 from __future__ import annotations
 
@@ -102,13 +102,13 @@ def ensure_image(engine, *, force: bool = False, binary: Path | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m retrylab.container_image",
+    parser = argparse.ArgumentParser(prog="python -m retrylab.brokers.redis.container_image",
                                      description=f"make {DEFAULT_IMAGE} from this machine's redis-server"
                                                  " (docker import; no registry needed)")
     parser.add_argument("--force", action="store_true", help="make it again even if it is up to date")
     args = parser.parse_args(argv)
-    from retrylab import containers
-    from retrylab.backends import BackendUnavailable
+    from retrylab.brokers.redis import containers
+    from retrylab.brokers.redis.backends import BackendUnavailable
     try:
         engine = containers.docker_engine()
         try:

@@ -16,7 +16,7 @@ is for servers whose other data one could afford to lose (README).
 from __future__ import annotations
 
 from retrylab import i18n
-from retrylab.proxy import _string2ll, refusal
+from retrylab.brokers.redis.proxy import _string2ll, refusal
 
 # Refused whatever their arguments: the server's configuration, users, persistence, replication, modules, other
 # clients' traffic, other servers.

@@ -53,7 +53,7 @@ class FakeServerProcess:
 
     def start(self) -> FakeServerProcess:
         from retrylab.spawn import spawn_server
-        proc = spawn_server([sys.executable, "-I", "-m", "retrylab.fake_server_process"],
+        proc = spawn_server([sys.executable, "-I", "-m", "retrylab.brokers.redis.fake_server_process"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             close_fds=True, bufsize=0)
         with self._lock:
@@ -69,7 +69,7 @@ class FakeServerProcess:
 
     def _line(self, timeout: float) -> str:
         """The child's next line, within `timeout` seconds."""
-        from retrylab.backends import BackendUnavailable
+        from retrylab.brokers.redis.backends import BackendUnavailable
         deadline = time.monotonic() + timeout
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._pending:
@@ -90,7 +90,7 @@ class FakeServerProcess:
             self.start()
         with self._lock:
             if self._proc is None:           # stopped meanwhile (the grading is ending)
-                from retrylab.backends import BackendUnavailable
+                from retrylab.brokers.redis.backends import BackendUnavailable
                 raise BackendUnavailable("the fake Redis server process was stopped")
             try:
                 if not self._ready:
@@ -182,7 +182,7 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)                       # anything printed by libraries goes to stderr, not into the protocol
     threading.stack_size(THREAD_STACK)
-    from retrylab.fakeredis_fixes import start_fake_server, stop_fake_server
+    from retrylab.brokers.redis.fakeredis_fixes import start_fake_server, stop_fake_server
     _warm_up(start_fake_server, stop_fake_server)
     _drop_privileges(parent)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))

@@ -1,5 +1,5 @@
 """Redis for checks: the embedded fake, a private redis-server process, a database on a server the
-user names (url), or Redis containers on a Docker engine (retrylab.containers)."""
+user names (url), or Redis containers on a Docker engine (retrylab.brokers.redis.containers)."""
 from __future__ import annotations
 
 import contextlib
@@ -166,14 +166,14 @@ class Backend:
 
 class FakeBackend(Backend):
     """fakeredis' TCP server: nothing to install. It runs in a child process of the grading, unprivileged, that
-    dies with it (retrylab.fake_server_process). A new server per private Redis, so no state (and no client still
+    dies with it (retrylab.brokers.redis.fake_server_process). A new server per private Redis, so no state (and no client still
     blocked from an earlier run) can leak from one check into another."""
 
     name = "fake"
     independent_privates = True
 
     def __init__(self):
-        from retrylab.fake_server_process import FakeServerProcess
+        from retrylab.brokers.redis.fake_server_process import FakeServerProcess
         self._servers = FakeServerProcess()
 
     def start(self) -> None:
@@ -428,24 +428,24 @@ class UrlBackend(Backend):
 
 def _docker_engine():
     """A docker-py client for an engine that answers, or BackendUnavailable (within seconds)."""
-    from retrylab import containers
+    from retrylab.brokers.redis import containers
     return containers.docker_engine()
 
 
 class ContainerBackend(Backend):
-    """Redis containers on a Docker engine (retrylab.containers), from the image `retrylab/redis` made
-    from this machine's redis-server (`python -m retrylab.container_image`) or RETRYLAB_REDIS_IMAGE.
+    """Redis containers on a Docker engine (retrylab.brokers.redis.containers), from the image `retrylab/redis` made
+    from this machine's redis-server (`python -m retrylab.brokers.redis.container_image`) or RETRYLAB_REDIS_IMAGE.
 
     Like redis-server: one container serves the checks run one after another, emptied for each; a
     private Redis taken while another is in use gets a container of its own, started then and kept
-    for reuse. Every container is removed when the grading ends (see retrylab.containers for SIGTERM
+    for reuse. Every container is removed when the grading ends (see retrylab.brokers.redis.containers for SIGTERM
     and for gradings killed outright)."""
 
     name = "container"
     independent_privates = True
 
     def __init__(self, image: str | None = None):
-        from retrylab import containers
+        from retrylab.brokers.redis import containers
         self.image = image or containers.image_name()
         self._lock = threading.Lock()
         self._ids: dict[Endpoint, str] = {}     # container ids by where they answer
@@ -460,7 +460,7 @@ class ContainerBackend(Backend):
         self.stop()
 
     def start(self) -> None:
-        from retrylab import containers
+        from retrylab.brokers.redis import containers
         with contextlib.closing(_docker_engine()) as engine:
             containers.sweep_stale(engine)
             containers.ensure_image_present(engine, self.image)
@@ -474,7 +474,7 @@ class ContainerBackend(Backend):
             raise
 
     def _start_one(self) -> Endpoint:
-        from retrylab import containers
+        from retrylab.brokers.redis import containers
         with self._lock:
             self._creating += 1
         try:
@@ -493,7 +493,7 @@ class ContainerBackend(Backend):
                 self._creating -= 1
 
     def stop(self) -> None:
-        from retrylab import containers
+        from retrylab.brokers.redis import containers
         with self._lock:
             self._stopped = True
         # containers still being made by other threads remove themselves (above): wait for that, or
@@ -529,7 +529,7 @@ class ContainerBackend(Backend):
                     self._idle.append(endpoint)
 
     def _drop(self, endpoint: Endpoint) -> None:
-        from retrylab import containers
+        from retrylab.brokers.redis import containers
         with self._lock:
             container_id = self._ids.pop(endpoint, None)
         if container_id:

@@ -4,7 +4,7 @@ Why not testcontainers' RedisContainer: it pulls a missing image behind the call
 readiness once a second and waits two minutes on a container that has already exited, and its
 reaper (Ryuk) is an image of its own, which an engine without a registry cannot pull. Here:
 
-- the image must be on the engine (`retrylab/redis`, made by `python -m retrylab.container_image`
+- the image must be on the engine (`retrylab/redis`, made by `python -m retrylab.brokers.redis.container_image`
   from this machine's redis-server) or be pullable; otherwise one line says which and how to fix it;
 - a container is ready when its Redis answers through the mapped port (polled every 50 ms); one that
   exits first is reported at once with the last line it logged;
@@ -28,8 +28,8 @@ import urllib.parse
 
 import redis
 
-from retrylab.backends import BackendUnavailable, Endpoint
-from retrylab.container_image import DEFAULT_IMAGE, REPOSITORY
+from retrylab.brokers.redis.backends import BackendUnavailable, Endpoint
+from retrylab.brokers.redis.container_image import DEFAULT_IMAGE, REPOSITORY
 
 REDIS_PORT = "6379/tcp"
 # --save "" / --appendonly no: nothing on disk; protected mode off: clients come through the port
@@ -88,14 +88,14 @@ def ensure_image_present(engine, image: str) -> None:
         raise BackendUnavailable(f"the Docker engine cannot look up image {image}: {whole_reason(exc)}") from None
     if image.split(":")[0] == REPOSITORY:   # made here, never pulled
         raise BackendUnavailable(f"no image {image} on the Docker engine: make it from this machine's redis-server"
-                                 " with `python -m retrylab.container_image`, or name another image in"
+                                 " with `python -m retrylab.brokers.redis.container_image`, or name another image in"
                                  " RETRYLAB_REDIS_IMAGE")
     repository, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
     try:
         engine.images.pull(repository, tag=tag)
     except docker.errors.APIError as exc:
         raise BackendUnavailable(f"cannot pull image {image}: {whole_reason(exc)}; make the local image with"
-                                 " `python -m retrylab.container_image` and unset RETRYLAB_REDIS_IMAGE") from None
+                                 " `python -m retrylab.brokers.redis.container_image` and unset RETRYLAB_REDIS_IMAGE") from None
 
 
 # --------------------------------------------------------------------------------------------

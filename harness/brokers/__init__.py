@@ -1,0 +1,1 @@
+"""Brokers: each kind (redis, ...) in a package of its own, with its private servers, relay and state reads."""

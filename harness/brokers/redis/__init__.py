@@ -1,0 +1,1 @@
+"""Redis: private servers (fake, redis-server, url, container), the recording relay, keyspace snapshots."""
