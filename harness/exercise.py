@@ -5,7 +5,7 @@ The engine reads exercises from the `checks` package; adding a lab means adding 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -19,9 +19,13 @@ except ImportError:  # pragma: no cover
 DEFAULT_EXERCISE = "backoff-dlq"
 
 
+LAB, ADVANCED = "lab", "advanced"
+
+
 @dataclass(frozen=True)
 class Step:
-    """A lab step (numbered) or an advanced check (number None; reported apart, worth 0 points)."""
+    """A lab step (kind LAB, numbered) or an advanced check (kind ADVANCED: no number, reported apart,
+    worth 0 points)."""
     number: int | None
     slug: str
     title: str
@@ -29,6 +33,9 @@ class Step:
     weight: float
     timeout: float
     file: str = ""   # the learner's file a failure points at (annotations), relative to the submission
+    kind: str = LAB
+    files: tuple[str, ...] = ()      # every learner file the step reads (`file` when not given)
+    formulas: tuple[str, ...] = ()   # names in the exercise's [formulas] that `explain` shows
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,13 @@ class Exercise:
     folder: Path
     steps: tuple[Step, ...]
     advanced: tuple[Step, ...] = ()
+    broker: str = "redis"            # the kind of broker its checks need (retrylab.brokers.<kind>)
+    # "module:factory" of the harness side of the exercise's application module (the one learner code
+    # calls, e.g. taskproc): it decides each call's outcome; None when learner code calls none
+    application: str | None = None
+    verifiers: str | None = None     # module with the exercise's `retrylab verify` step verifiers
+    formulas: dict = field(default_factory=dict)   # [formulas]: name -> code
+    seed: str = ""
 
     def step(self, number: int) -> Step:
         for step in self.steps:
@@ -62,15 +76,20 @@ class UnknownExercise(LookupError):
 def _load(folder: Path) -> Exercise:
     meta = tomllib.loads((folder / "exercise.toml").read_text(encoding="utf-8"))
     defaults = meta.get("defaults", {})
-    def make(entry: dict, number: int | None, slug: str, weight: float) -> Step:
+    def make(entry: dict, number: int | None, slug: str, weight: float, kind: str) -> Step:
+        file = str(entry.get("file", ""))
+        files = tuple(str(f) for f in entry.get("files", ())) or ((file,) if file else ())
         return Step(number=number, slug=slug, title=entry["title"], hint=entry["hint"], weight=weight,
-                    timeout=float(entry.get("timeout", defaults.get("timeout", 20))),
-                    file=str(entry.get("file", "")))
+                    timeout=float(entry.get("timeout", defaults.get("timeout", 20))), file=file, kind=kind,
+                    files=files, formulas=tuple(str(f) for f in entry.get("formulas", ())))
 
-    steps = tuple(make(s, int(s["number"]), s["slug"], float(s.get("weight", defaults.get("weight", 1))))
+    steps = tuple(make(s, int(s["number"]), s["slug"], float(s.get("weight", defaults.get("weight", 1))), LAB)
                   for s in meta["steps"])
-    advanced = tuple(make(a, None, a["id"], 0.0) for a in meta.get("advanced", ()))
-    return Exercise(id=meta["id"], title=meta["title"], folder=folder, steps=steps, advanced=advanced)
+    advanced = tuple(make(a, None, a["id"], 0.0, ADVANCED) for a in meta.get("advanced", ()))
+    return Exercise(id=meta["id"], title=meta["title"], folder=folder, steps=steps, advanced=advanced,
+                    broker=str(meta.get("broker", "redis")), application=meta.get("application"),
+                    verifiers=meta.get("verifiers"), formulas=dict(meta.get("formulas", {})),
+                    seed=str(meta.get("seed", "")))
 
 
 @cache
