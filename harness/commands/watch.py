@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from retrylab import exercise as exercises
-from retrylab import i18n
+from retrylab import i18n, procfs
 from retrylab.commands import UsageError
 from retrylab.commands.check import add_lang_argument
 from retrylab.commands.explain import step_files
@@ -283,22 +283,7 @@ class ChangeFeed:
 
 def _children() -> list[int]:
     """Process ids whose parent is this process (Linux /proc; [] elsewhere)."""
-    me, found = os.getpid(), []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            found.append(int(entry))
-    return found
+    return procfs.children(os.getpid())
 
 
 def _stop_children(grace: float = 2.0) -> None:
