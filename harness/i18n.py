@@ -381,20 +381,6 @@ def placeholders(template: str) -> set[tuple[str, str, str]]:
             if name is not None}
 
 
-@dataclass(frozen=True)
-class Text:
-    """A message not rendered yet: rendered in the language of the message it is placed in."""
-    catalog: "Catalog"
-    key: str
-    params: Mapping
-
-    def render(self, lang: str | None = None) -> str:
-        return self.catalog.text(self.key, lang, **self.params)
-
-    def __str__(self) -> str:
-        return self.render()
-
-
 def render(template: str, lang: str, params: Mapping) -> str:
     """Fill ``template``'s named placeholders from ``params``.
 
@@ -403,8 +389,6 @@ def render(template: str, lang: str, params: Mapping) -> str:
     and every run of Latin text (literal or substituted, so ``attempt={n}`` stays one block) too.
     """
     if lang not in RTL:  # no isolates: str.format, then the lines kept free of stray controls
-        if Text in map(type, params.values()):
-            params = {k: v.render(lang) if isinstance(v, Text) else v for k, v in params.items()}
         return balance(template.format_map(params))
     out = []
     for literal, name, spec, conversion in _parse(template):
@@ -412,8 +396,6 @@ def render(template: str, lang: str, params: Mapping) -> str:
         if name is None:
             continue
         value = params[name]
-        if isinstance(value, Text):
-            value = value.render(lang)
         if conversion:
             value = {"r": repr, "s": str, "a": ascii}[conversion](value)
         text = balance(format(value, spec) if spec else str(value))
@@ -488,9 +470,6 @@ class Catalog:
                 raise KeyError(f"no message {key!r} in {self.directory}")
         return render(message.template(lang, params), lang, params)
 
-    def lazy(self, key: str, /, **params) -> Text:
-        return Text(self, key, params)
-
     def problems(self) -> list[str]:
         """Everything that keeps this catalog from being complete and consistent."""
         found = []
@@ -540,8 +519,6 @@ def translator(directory: Path | str) -> Callable[..., str]:
         if not loaded:
             loaded.append(catalog(directory))
         return loaded[0].text(key, **params)
-
-    tr.lazy = lambda key, /, **params: catalog(directory).lazy(key, **params)
     return tr
 
 
