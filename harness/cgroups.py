@@ -26,18 +26,9 @@ def usable() -> tuple[str, ...]:
                 candidates.append(os.path.join(mount, path.lstrip("/")))
     for parent in candidates:
         probe = os.path.join(parent, f"retrylab-probe-{os.getpid()}-{os.urandom(3).hex()}")
-        try:
-            os.mkdir(probe)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(probe, "pids.max"), "w") as f:
-                f.write("10")
-            return (parent,)
-        except OSError:
-            continue
-        finally:
+        if _new(probe, 10):
             remove(probe)
+            return (parent,)
     return ()
 
 
@@ -46,17 +37,24 @@ def make(parents: tuple[str, ...], run_id: str, processes: int) -> str | None:
     `processes`; None if none does."""
     for parent in parents:
         path = os.path.join(parent, f"retrylab-{run_id}")
-        try:
-            os.mkdir(path)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(path, "pids.max"), "w") as f:
-                f.write(str(processes))
+        if _new(path, processes):
             return path
-        except OSError:
-            remove(path)
     return None
+
+
+def _new(path: str, processes: int) -> bool:
+    """Make the cgroup `path`, bounded to `processes`; False, and nothing left, where that fails."""
+    try:
+        os.mkdir(path)
+    except OSError:
+        return False
+    try:
+        with open(os.path.join(path, "pids.max"), "w") as f:
+            f.write(str(processes))
+        return True
+    except OSError:
+        remove(path)
+        return False
 
 
 def remove(path: str) -> None:
