@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab import i18n, plots
+from retrylab import bidi, i18n, plots
 from retrylab.cli import main
 from retrylab.commands.watch import CLEAR, Watcher
 from retrylab.fixtures.corpus import REFERENCE
@@ -51,9 +51,9 @@ def test_explain_prints_goal_formulas_and_hint_in_the_language(capsys, lang, num
     for name in formulas:
         assert FORMULAS[name] in out
     assert [name for name in FORMULAS if FORMULAS[name] in out] == formulas  # only those it relies on
-    assert i18n.bidi_problems(out) == []
+    assert bidi.bidi_problems(out) == []
     if lang == "fa":
-        assert all(line.startswith(i18n.LRM) for line in out.splitlines() if line.strip() in FORMULAS.values())
+        assert all(line.startswith(bidi.LRM) for line in out.splitlines() if line.strip() in FORMULAS.values())
 
 
 def test_explain_a_step_without_formulas_and_an_advanced_check(capsys):
