@@ -34,12 +34,6 @@ def stat_fields(pid: int, tid: int | None = None) -> list[bytes] | None:
         return None
 
 
-def start_time(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot: with the pid, it names one process for good."""
-    fields = stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
 def parents() -> dict[int, int]:
     """pid -> parent pid of every process."""
     table = {}

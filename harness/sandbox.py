@@ -31,6 +31,13 @@ on what the machine allows (`containment()` says what applies here):
 - Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
   named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
+
+This module runs a script and reports on it; beside it, each with one job: containment (what this
+machine allows), mountplan (the filesystem a script sees), runcopy (the copy of the submission and what
+a run's uid leaves elsewhere), cgroups (a pids cgroup per run), procfs (what /proc says of processes),
+supervisor and confine (the process between the harness and the script, and how its child contains
+itself). What the learner's client libraries are (`learner_imports`, the broker's) is given, never named
+here: the probe checks they import, and the mount plan shows where they are installed.
 """
 from __future__ import annotations
 
