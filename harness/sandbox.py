@@ -196,9 +196,6 @@ def containment(learner_imports: tuple[str, ...] = ()) -> Containment:
         return _detected[learner_imports]
 
 
-ISOLATION_CHOICES = ("auto", "required")
-
-
 def isolation_problem(isolation: str, learner_imports: tuple[str, ...] = ()) -> str:
     """'' if learner code may run here under `isolation` ("auto": however the machine allows;
     "required": only in namespaces of its own), else the one line saying why not."""
