@@ -22,7 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from retrylab import sandbox
+from retrylab import procfs, sandbox
+from retrylab.containment import Containment
 from retrylab.fixtures import corpus
 
 GRADE = """
@@ -62,7 +63,7 @@ class TreeSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            tree = [self.pid, *sandbox.descendants(self.pid)]
+            tree = [self.pid, *procfs.descendants(self.pid)]
             self.peak_kb = max(self.peak_kb, sum(_rss_kb(p) for p in tree))
             self.peak_processes = max(self.peak_processes, len(tree))
             self._stop.wait(self.every)
@@ -92,7 +93,7 @@ def grade_entry(entry: corpus.CorpusEntry, backend: str) -> dict:
         return {"name": entry.name, "seconds": result["seconds"], "wall": wall, "peak_mb": sampler.peak_kb / 1024,
                 "largest_mb": result.get("largest_kb", 0) / 1024, "processes": sampler.peak_processes,
                 "expected": verdicts == entry.expect and not result["errors"], "bound": entry.max_seconds,
-                "left": len(sandbox.find_processes(tag))}
+                "left": len(procfs.find_processes(tag))}
 
 
 def _median(values: list[float]) -> float:
@@ -116,8 +117,8 @@ def containment_costs(rounds: int = 7) -> list[tuple[str, float]]:
                 times.append(time.monotonic() - t)
             rows.append(("plain subprocess (no containment)", _median(times)))
         detected = sandbox.containment()
-        variants = [("supervisor only (no own uid, no cgroup)", sandbox.Containment()),
-                    ("supervisor + pids cgroup", sandbox.Containment(cgroups=detected.cgroups)),
+        variants = [("supervisor only (no own uid, no cgroup)", Containment()),
+                    ("supervisor + pids cgroup", Containment(cgroups=detected.cgroups)),
                     (f"detected here: {detected.describe().splitlines()[0]}", detected)]
         for label, variant in variants:
             times = []
@@ -143,7 +144,7 @@ def stop_latency(rounds: int = 3) -> float:
                 started, decided = [], []
 
                 def stop() -> bool:  # half a second after the script started: it ignores SIGTERM by then
-                    if not started and len(sandbox.descendants(os.getpid())) >= 2:
+                    if not started and len(procfs.descendants(os.getpid())) >= 2:
                         started.append(time.monotonic())
                     if started and not decided and time.monotonic() - started[0] > 0.5:
                         decided.append(time.monotonic())

@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 
 from retrylab.fixtures import corpus
-from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE, find_processes
+from retrylab.procfs import find_processes
+from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
 
 TAG = f"loadbench{os.getpid()}"
 HOG = "while True: pass"

@@ -23,7 +23,7 @@ on what the machine allows (`containment()` says what applies here):
   them itself. Not root (a learner's own machine): RLIMIT_NPROC above the tasks the user runs.
 - Namespaces (`Containment.namespaces`): each script has its own mount, network, IPC, PID and UTS
   namespaces, through bubblewrap where it is installed, else unshare(2) directly (supervisor.py
-  carries out the same mount plan either way, `_mount_plan`). It sees the system read-only, what
+  carries out the same mount plan either way, retrylab.mountplan). It sees the system read-only, what
   Python needs, its run's folder at the same path, private /tmp, /var/tmp, /run/lock, /dev/shm, a
   fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
   (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
@@ -31,10 +31,16 @@ on what the machine allows (`containment()` says what applies here):
 - Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
   named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
+
+This module runs a script and reports on it; beside it, each with one job: containment (what this
+machine allows), mountplan (the filesystem a script sees), runcopy (the copy of the submission and what
+a run's uid leaves elsewhere), cgroups (a pids cgroup per run), procfs (what /proc says of processes),
+supervisor and confine (the process between the harness and the script, and how its child contains
+itself). What the learner's client libraries are (`learner_imports`, the broker's) is given, never named
+here: the probe checks they import, and the mount plan shows where they are installed.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import marshal
 import os
@@ -42,10 +48,7 @@ import random
 import resource
 import secrets
 import select
-import shutil
 import signal
-import site
-import stat
 import subprocess
 import sys
 import threading
@@ -54,16 +57,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from retrylab import i18n, tempdirs
-from retrylab.tempdirs import remove_tree as _remove_tree
-from retrylab.supervisor import (_KILL_BUDGET, STOP, STOP_NOW, _cgroup_members, _kill, descendants,
-                                 processes_of_uid)
+from retrylab import cgroups, i18n, procfs, runcopy, tempdirs
+from retrylab.containment import Containment, detect
+from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
+from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
 
-__all__ = ["CappedBuffer", "Containment", "Limits", "Sandbox", "SandboxError", "ScriptResult",
-           "containment", "descendants", "find_processes", "isolation_problem", "process_tree_cpu",
-           "processes_of_uid", "sweep"]
+__all__ = ["CappedBuffer", "Limits", "Sandbox", "SandboxError", "ScriptResult", "containment",
+           "isolation_problem", "sweep"]
 
-SITE_DIR = Path(__file__).resolve().parent / "learner_site" / "pythonpath"
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
 # from supervisor.py's compiled file when there is one (a script would be compiled on every start)
 _SUPERVISOR_CMD = ("import sys; sys.path.insert(0, {!r}); import supervisor; "
@@ -73,7 +74,6 @@ RUN_ID_VARIABLE = "RETRYLAB_RUN_ID"     # in every learner process's environment
 RUN_TAG_VARIABLE = "RETRYLAB_RUN_TAG"   # in the harness's environment: a prefix for run ids (tests)
 STOP_GRACE = 0.5                        # seconds between SIGTERM and SIGKILL when a run is stopped
 _UID_RANGE = (2_000_000_000, 2_100_000_000)  # uids for learner processes: one per run, never a real user
-_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # writable by anyone: cleared of a run's uid's files after it
 
 
 class SandboxError(RuntimeError):
@@ -181,124 +181,41 @@ class ScriptResult:
 
 
 # --------------------------------------------------------------------------------------------------
-# What containment this machine allows (measured once per harness process)
+# What containment this machine allows (measured once per harness process and set of client libraries)
 
-NAMESPACES_VARIABLE = "RETRYLAB_NAMESPACES"  # "bwrap", "unshare" or "none": use only that (CI runs each)
-_NAMESPACE_KINDS = ("bwrap", "unshare")
-
-
-@dataclass(frozen=True)
-class Containment:
-    """How learner scripts are contained here. `containment()` measures it; tests may force a weaker one."""
-    unprivileged_uid: bool = False    # root: run each script as a fresh uid (needs the probe to pass)
-    cgroups: tuple[str, ...] = ()     # parent directories under which a pids cgroup per run is made
-    notes: tuple[str, ...] = ()       # why something is not used (shown by `describe`)
-    namespaces: str = ""              # "bwrap", "unshare" (own mount/net/IPC/PID/UTS namespaces), "": none
-    bwrap: str = ""                   # the bubblewrap executable (namespaces == "bwrap")
-
-    @property
-    def isolated(self) -> bool:
-        """Whether the script has namespaces of its own (else isolation is partial: it shares the
-        machine's network, /proc, IPC and scratch folders)."""
-        return bool(self.namespaces)
-
-    def describe(self) -> str:
-        parts = ["supervisor with subreaper (kills every descendant)"]
-        if self.namespaces:
-            how = "bubblewrap" if self.namespaces == "bwrap" else "unshare(2)"
-            parts.append(f"own mount, network, IPC, PID and UTS namespaces ({how}): no network but its "
-                         f"broker's unix socket")
-        else:
-            parts.append("isolation is partial: no namespaces of its own")
-        if self.unprivileged_uid:
-            parts.append("a fresh unprivileged uid per run (RLIMIT_NPROC, kill by uid)")
-        else:
-            if os.geteuid() == 0:
-                parts.append("root without capabilities")
-            else:
-                parts.append("this user's own uid (RLIMIT_NPROC above the tasks it runs)")
-            if self.cgroups:
-                parts.append(f"a pids cgroup per run under {', '.join(self.cgroups)}")
-            elif os.geteuid() == 0:
-                parts.append("no cgroup: the supervisor counts processes")
-        return "; ".join(parts) + "".join(f"\n  note: {n}" for n in self.notes)
-
-
-_detected: Containment | None = None
+_detected: dict[tuple[str, ...], Containment] = {}
 _detect_lock = threading.Lock()
 
 
-def containment() -> Containment:
-    """The strongest containment that works on this machine, measured on first use."""
-    global _detected
+def containment(learner_imports: tuple[str, ...] = ()) -> Containment:
+    """The strongest containment that works on this machine for learner code that imports
+    `learner_imports` (its broker's client libraries), measured on first use."""
     with _detect_lock:
-        if _detected is None:
-            _detected = _detect()
-        return _detected
+        if learner_imports not in _detected:
+            _detected[learner_imports] = detect(functools.partial(_probe, learner_imports=learner_imports))
+        return _detected[learner_imports]
 
 
-def _detect() -> Containment:
-    if os.geteuid() != 0:
-        base = Containment(cgroups=_usable_cgroups(), notes=("not root: scripts run as this user",))
-        return _with_namespaces(base)
-    notes = []
-    cgroups = _usable_cgroups()
-    if not cgroups:
-        notes.append("no writable pids cgroup: the supervisor counts processes instead")
-    base = Containment(unprivileged_uid=True, cgroups=cgroups)
-    problem = _probe(base)
-    if problem:
-        notes.append(f"an unprivileged uid does not work here ({problem}): scripts run as root "
-                     f"without capabilities")
-        return _with_namespaces(Containment(cgroups=cgroups, notes=tuple(notes)))
-    return _with_namespaces(Containment(unprivileged_uid=True, cgroups=cgroups, notes=tuple(notes)))
-
-
-ISOLATION_CHOICES = ("auto", "required")
-
-
-def isolation_problem(isolation: str) -> str:
+def isolation_problem(isolation: str, learner_imports: tuple[str, ...] = ()) -> str:
     """'' if learner code may run here under `isolation` ("auto": however the machine allows;
     "required": only in namespaces of its own), else the one line saying why not."""
-    if isolation != "required" or containment().isolated:
+    if isolation != "required" or containment(learner_imports).isolated:
         return ""
-    why = "; ".join(n for n in containment().notes if "namespace" in n or "bwrap" in n)
+    why = "; ".join(n for n in containment(learner_imports).notes if "namespace" in n or "bwrap" in n)
     return (f"--isolation required: learner code cannot run in namespaces of its own here "
             f"({why or 'no bubblewrap and no unshare(2)'})")
 
 
-def _with_namespaces(base: Containment) -> Containment:
-    """`base` with the first way of giving scripts namespaces of their own that works here:
-    bubblewrap where it is installed, else unshare(2) directly (RETRYLAB_NAMESPACES picks one)."""
-    wanted = os.environ.get(NAMESPACES_VARIABLE, "").strip().lower()
-    kinds = _NAMESPACE_KINDS if wanted in ("", "auto") else tuple(k for k in _NAMESPACE_KINDS if k == wanted)
-    notes = list(base.notes)
-    for kind in kinds:
-        bwrap = (shutil.which("bwrap") or "") if kind == "bwrap" else ""
-        if kind == "bwrap" and not bwrap:
-            notes.append("bubblewrap (bwrap) is not installed")
-            continue
-        candidate = dataclasses.replace(base, namespaces=kind, bwrap=bwrap)
-        problem = _probe(candidate)
-        if not problem:
-            return dataclasses.replace(candidate, notes=tuple(notes))
-        notes.append(f"namespaces through {kind} do not work here ({problem})")
-    if wanted == "none":
-        notes.append(f"namespaces turned off ({NAMESPACES_VARIABLE}=none)")
-    elif wanted and wanted not in ("auto", *_NAMESPACE_KINDS):
-        notes.append(f"{NAMESPACES_VARIABLE}={wanted!r} is not one of bwrap, unshare, none")
-    return dataclasses.replace(base, notes=tuple(notes))
-
-
-def _probe(candidate: Containment) -> str:
-    """'' if a learner process runs with `candidate` and imports what the learner site needs."""
-    script = "import sys, redis, time_machine\nprint(sys.version)\n"
+def _probe(candidate: Containment, learner_imports: tuple[str, ...]) -> str:
+    """'' if a learner process runs with `candidate` and imports what the learner site needs (the
+    engine's virtual clock and the broker's client libraries)."""
+    script = f"import sys, {', '.join((*learner_imports, *ENGINE_IMPORTS))}\nprint(sys.version)\n"
     if candidate.namespaces:  # really in a PID namespace of its own
         script += "import os\nassert os.getpid() < 10, os.getpid()\n"
     folder = tempdirs.make("probe")
     try:
         Path(folder, "probe.py").write_text(script)
-        with Sandbox(folder, containment=candidate) as box:
+        with Sandbox(folder, containment=candidate, learner_imports=learner_imports) as box:
             result = box.run("probe.py", env={}, timeout=30)
     except (SandboxError, OSError) as exc:
         return str(exc)[:200]
@@ -311,169 +228,18 @@ def _probe(candidate: Containment) -> str:
     return ""
 
 
-def _mounts(kind: str) -> list[tuple[str, str]]:
-    """(mount point, options) of each filesystem of type `kind`."""
-    found = []
-    try:
-        with open("/proc/self/mounts") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) >= 4 and fields[2] == kind:
-                    found.append((fields[1].replace("\\040", " "), fields[3]))
-    except OSError:
-        pass
-    return found
-
-
-def _own_cgroups() -> dict[str, str]:
-    """hierarchy ('' for v2, else the controllers) -> this process's cgroup path in it."""
-    own = {}
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                own[controllers] = path
-    except (OSError, ValueError):
-        pass
-    return own
-
-
-def _usable_cgroups() -> tuple[str, ...]:
-    """Directories where a per-run cgroup with a pids.max can be made: v2 if it offers the pids
-    controller, else v1's pids hierarchy. Tried once, for real."""
-    own = _own_cgroups()
-    candidates = []
-    for mount, _ in _mounts("cgroup2"):
-        if "" in own:
-            candidates.append(os.path.join(mount, own[""].lstrip("/")))
-    for mount, options in _mounts("cgroup"):
-        for controllers, path in own.items():
-            if "pids" in controllers.split(",") and "pids" in options.split(","):
-                candidates.append(os.path.join(mount, path.lstrip("/")))
-    for parent in candidates:
-        probe = os.path.join(parent, f"retrylab-probe-{os.getpid()}-{secrets.token_hex(3)}")
-        try:
-            os.mkdir(probe)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(probe, "pids.max"), "w") as f:
-                f.write("10")
-            return (parent,)
-        except OSError:
-            continue
-        finally:
-            _remove_cgroup(probe)
-    return ()
-
-
-def _remove_cgroup(path: str) -> None:
-    for _ in range(100):
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.01)  # a killed task can take a moment to leave
-
-
-@functools.lru_cache(maxsize=1)
-def _needed_paths() -> frozenset[Path]:
-    """Directories a learner process must reach: the interpreter, its libraries, the harness."""
-    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent,
-             Path(__file__).resolve().parent.parent, SITE_DIR}
-    for entry in [*site.getsitepackages(), *sys.path]:
-        if entry and os.path.isdir(entry):
-            paths.add(Path(entry))
-    return frozenset(p.resolve() for p in paths if p.exists())
-
-
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-_SMALL_SCRATCH = 64 << 20   # bytes of tmpfs for /var/tmp, /run/lock, /dev/shm (memory: it is a tmpfs)
-
-
-@functools.lru_cache(maxsize=1)
-def _learner_paths() -> tuple[str, ...]:
-    """What a learner process reads besides the system: the interpreter's prefixes, its site-packages
-    (redis, time_machine), and the harness's learner-side package. Of the harness only
-    retrylab/__init__.py and retrylab/learner_site: an editable install maps `retrylab` to the
-    repository's harness/ folder, and nothing else of the repository is the learner's to read."""
-    import redis
-    import time_machine
-    package = Path(__file__).resolve().parent
-    candidates = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                  *site.getsitepackages(), os.path.dirname(os.path.dirname(redis.__file__)),
-                  os.path.dirname(time_machine.__file__), str(package / "__init__.py"),
-                  str(package / "learner_site")]
-    return _outermost(Path(c).resolve() for c in candidates if c and os.path.exists(c))
-
-
-def _outermost(paths) -> tuple[str, ...]:
-    """`paths` without those inside another one (a bind of the outer one shows them already)."""
-    unique = sorted(set(paths), key=lambda p: len(p.parts))
-    kept: list[Path] = []
-    for path in unique:
-        if not any(path == k or k in path.parents for k in kept):
-            kept.append(path)
-    return tuple(str(p) for p in kept)
-
-
-def _mount_plan(root: Path, files, limits: Limits) -> list[tuple]:
-    """The filesystem a script sees in its own mount namespace, in the order it is laid out
-    (supervisor.py carries it out itself, or hands it to bubblewrap): a fresh /proc, a minimal
-    /dev, private scratch tmpfs, the system read-only, what Python needs read-only, the run's folder
-    at the same path, and the files the environment names (e.g. the instrumented taskproc).
-    ("ro"|"rw", source, target), ("tmpfs", target, bytes), ("symlink", link text, path), ("proc"|"dev", target)."""
-    plan: list[tuple] = [("proc", "/proc"), ("dev", "/dev"), ("tmpfs", "/tmp", limits.file_bytes)]
-    plan += [("tmpfs", folder, _SMALL_SCRATCH) for folder in ("/var/tmp", "/run/lock", "/dev/shm")]
-    binds: list[Path] = []
-    for folder in _SYSTEM_DIRS:
-        if os.path.islink(folder):
-            plan.append(("symlink", os.readlink(folder), folder))
-        elif os.path.isdir(folder):
-            binds.append(Path(folder))
-    shown = [Path(p) for p in _outermost([*binds, *map(Path, _learner_paths())])]
-    plan += [("ro", str(p), str(p)) for p in shown]
-    plan.append(("rw", str(root), str(root)))
-    for path in sorted(files):
-        if not any(s == path or s in path.parents for s in [*shown, root]):
-            plan.append(("ro", str(path), str(path)))
-    return plan
-
-
-def _exposures(paths) -> list[tuple[str, list[str]]]:
-    """For each directory others cannot enter on the way to a needed path (e.g. /root, mode 0700):
-    that directory and the needed paths below it, to be bind-mounted onto a tmpfs laid over it."""
-    groups: dict[Path, set[Path]] = {}
-    for path in paths:
-        for ancestor in reversed(path.parents):  # from / down
-            if ancestor == Path("/"):
-                continue
-            try:
-                mode = ancestor.stat().st_mode
-            except OSError:
-                break
-            if not mode & stat.S_IXOTH:
-                groups.setdefault(ancestor, set()).add(path)
-                break
-    result = []
-    for blocker, below in sorted(groups.items()):
-        kept = sorted(p for p in below if not any(q != p and q in p.parents for q in below))
-        result.append((str(blocker), [str(p) for p in kept]))
-    return result
-
-
 # --------------------------------------------------------------------------------------------------
 # The sandbox
 
 class Sandbox:
     """A temporary copy of a submission, removed on exit, where scripts run contained."""
 
-    def __init__(self, submission: Path, limits: Limits = Limits(), containment: Containment | None = None):
+    def __init__(self, submission: Path, limits: Limits = Limits(), containment: Containment | None = None,
+                 learner_imports: tuple[str, ...] = ()):
         self.submission = Path(submission)
         self.limits = limits
         self._containment = containment
+        self.learner_imports = learner_imports  # the broker's client libraries: the script must see them
         self.root: Path | None = None
         self.uid: int | None = None
         self.gid: int | None = None
@@ -482,7 +248,7 @@ class Sandbox:
     @property
     def containment(self) -> Containment:
         if self._containment is None:
-            self._containment = containment()
+            self._containment = containment(self.learner_imports)
         return self._containment
 
     def __enter__(self) -> "Sandbox":
@@ -496,28 +262,24 @@ class Sandbox:
             self.logs = self.root / "log"  # the harness's: the learner may write its files, not replace them
             self.socket_dir = self.root / "sock"  # the harness's unix sockets for the learner (e.g. its broker)
             # symlinks stay links: a link to a harness file must not be copied in as the file itself
-            shutil.copytree(self.submission, self.workdir, symlinks=True, copy_function=_copy_regular,
-                            ignore=shutil.ignore_patterns("__pycache__", ".git"))
+            runcopy.copy_submission(self.submission, self.workdir)
             for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755), (self.socket_dir, 0o755)):
                 folder.mkdir(mode=mode)
                 os.chmod(folder, mode)  # whatever the umask
             if contained.unprivileged_uid:
                 self.uid = self.gid = random.randrange(*_UID_RANGE)
                 for folder in (self.workdir, self.home, self.tmp):
-                    _chown_tree(folder, self.uid, self.gid)
+                    runcopy.chown_tree(folder, self.uid, self.gid)
         except BaseException:
-            _remove_tree(self.root)
+            tempdirs.remove_tree(self.root)
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        _remove_tree(self.root)
+        tempdirs.remove_tree(self.root)
         if self.uid is not None and not self.containment.isolated:
-            # without namespaces of its own, what the run's uid left in the shared scratch folders
-            # and SysV IPC goes too (in its own namespaces all of that ended with the run)
-            for folder in _SCRATCH:
-                _remove_owned(folder, self.uid)
-            _remove_ipc_of(self.uid)
+            # in its own namespaces all of that ended with the run
+            runcopy.remove_leftovers(self.uid)
 
     @property
     def isolated(self) -> bool:
@@ -535,13 +297,13 @@ class Sandbox:
         descendant of its supervisor, and those that ended and were reaped. 0.0 between runs.
         Unlike real time, a busy machine does not make this grow."""
         pid = self._supervisor
-        return process_tree_cpu(pid) if pid is not None else 0.0
+        return procfs.tree_cpu(pid) if pid is not None else 0.0
 
     def learner_running(self) -> bool:
         """Whether a thread of the current run's learner processes is running or ready to run (state
         R): on a busy machine a thread can wait seconds for a CPU, and must not be taken for idle."""
         pid = self._supervisor
-        return pid is not None and process_tree_running(pid)
+        return pid is not None and procfs.tree_running(pid)
 
     def has(self, script: str) -> bool:
         return (self.workdir / script).is_file()
@@ -571,7 +333,7 @@ class Sandbox:
         learner_env = self.environment(env)
         learner_env[RUN_ID_VARIABLE] = run_id
         # a uid of its own bounds the processes already (RLIMIT_NPROC); joining a cgroup costs ~15 ms
-        cgroup = None if self.uid is not None else _make_cgroup(self.containment.cgroups, run_id,
+        cgroup = None if self.uid is not None else cgroups.make(self.containment.cgroups, run_id,
                                                                 self.limits.processes + self._helpers)
         status_r, status_w = os.pipe()
         config_r, config_w = os.pipe()
@@ -586,7 +348,7 @@ class Sandbox:
             os.close(status_r)
             os.close(config_w)
             if cgroup:
-                _remove_cgroup(cgroup)
+                cgroups.remove(cgroup)
             raise
         finally:
             os.close(status_w)
@@ -626,7 +388,7 @@ class Sandbox:
             self._supervisor = None
             os.close(status_r)
             if cgroup:
-                _remove_cgroup(cgroup)
+                cgroups.remove(cgroup)
         if report.get("error"):
             raise SandboxError(f"could not run {script}: {report['error']}")
         returncode = None
@@ -652,7 +414,7 @@ class Sandbox:
             rlimits.append((resource.RLIMIT_NPROC, limits.processes + helpers, limits.processes + helpers))
             hard_bound = True
         elif os.geteuid() != 0:  # counts all this user's tasks (threads): leave room for those running
-            budget = _tasks_of_uid(os.geteuid()) + limits.processes + helpers
+            budget = procfs.tasks_of_uid(os.geteuid()) + limits.processes + helpers
             rlimits.append((resource.RLIMIT_NPROC, budget, budget))
             hard_bound = True
         rlimits = [(which, _within_hard(which, soft), _within_hard(which, hard)) for which, soft, hard in rlimits]
@@ -660,12 +422,12 @@ class Sandbox:
         namespaces = self.containment.namespaces
         files = {Path(v).resolve() for v in env.values() if v.startswith("/") and os.path.isfile(v)}
         if namespaces:
-            mounts = _mount_plan(self.root.resolve(), files, limits)
+            mounts = mount_plan(self.root.resolve(), files, limits.file_bytes, self.learner_imports)
             if namespaces == "bwrap" and self.uid is not None:
-                expose = _exposures({Path(op[1]) for op in mounts if op[0] in ("ro", "rw")})
+                expose = exposures({Path(op[1]) for op in mounts if op[0] in ("ro", "rw")})
         elif self.uid is not None:
-            needed = set(_needed_paths()) | {self.root.resolve()} | {f.parent for f in files}
-            expose = _exposures(needed)
+            needed = set(needed_paths()) | {self.root.resolve()} | {f.parent for f in files}
+            expose = exposures(needed)
         return {"argv": [sys.executable, script], "cwd": str(self.workdir), "env": env,
                 "rlimits": rlimits, "uid": self.uid, "gid": self.gid, "expose": expose,
                 "namespaces": namespaces, "bwrap": self.containment.bwrap, "mounts": mounts,
@@ -687,7 +449,7 @@ class Sandbox:
             except ProcessLookupError:
                 pass
         try:
-            proc.wait(timeout=STOP_GRACE + _KILL_BUDGET + 2)
+            proc.wait(timeout=STOP_GRACE + KILL_BUDGET + 2)
             return
         except subprocess.TimeoutExpired:
             proc.kill()
@@ -714,87 +476,6 @@ class Sandbox:
         return None
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat_times(pid: int) -> tuple[int, int, int, int] | None:
-    """utime, stime, cutime, cstime of `pid` in clock ticks (/proc/PID/stat), None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _children(pid: int) -> list[int]:  # /proc/PID/task/TID/children: cheaper than the whole table
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def process_tree_cpu(root: int) -> float:
-    """CPU seconds of every process below `root` (their own and their reaped children's), plus what
-    `root` reaped (the supervisor, a subreaper, reaps whatever the script leaves): `root`'s own time
-    is not counted. Read from the host's /proc, which sees into the learner's namespaces."""
-    own = _stat_times(root)
-    if own is None:
-        return 0.0
-    ticks = own[2] + own[3]
-    for pid in _tree(root):
-        times = _stat_times(pid)
-        ticks += sum(times) if times else 0
-    return ticks / _TICK
-
-
-def _tree(root: int) -> list[int]:
-    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        return descendants(root)
-    found, todo = [], _children(root)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(_children(pid))
-    return found
-
-
-def process_tree_running(root: int) -> bool:
-    """Whether any thread of any process below `root` is running or runnable (state R)."""
-    for pid in _tree(root):
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                    if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
-                        return True
-            except (OSError, IndexError):
-                continue
-    return False
-
-
-def _tasks_of_uid(uid: int) -> int:
-    """How many tasks (threads) `uid` runs: what RLIMIT_NPROC counts."""
-    total = 0
-    for pid in processes_of_uid(uid):
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                total += next((int(line.split()[1]) for line in f if line.startswith(b"Threads:")), 1)
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
-
 
 def _within_hard(which: int, value: int) -> int:
     """Never above the harness's own hard limit (raising it needs privileges we may not have)."""
@@ -802,20 +483,6 @@ def _within_hard(which: int, value: int) -> int:
     return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
-def _make_cgroup(parents: tuple[str, ...], run_id: str, processes: int) -> str | None:
-    for parent in parents:
-        path = os.path.join(parent, f"retrylab-{run_id}")
-        try:
-            os.mkdir(path)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(path, "pids.max"), "w") as f:
-                f.write(str(processes))
-            return path
-        except OSError:
-            _remove_cgroup(path)
-    return None
 
 
 def _read_report(fd: int) -> dict:
@@ -835,84 +502,20 @@ def _read_report(fd: int) -> dict:
     return report
 
 
-def find_processes(marker: str) -> list[int]:
-    """Processes whose environment contains `marker` (e.g. a run id or a test's run tag)."""
-    needle = marker.encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read():
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
 
 
 def sweep(run_id: str, *, cgroup: str | None = None, uid: int | None = None) -> None:
     """Kill what a run left behind, from the harness (used only if its supervisor failed)."""
     for _ in range(50):
-        victims = set(find_processes(f"{RUN_ID_VARIABLE}={run_id}")) | _cgroup_members([cgroup] if cgroup else [])
+        victims = set(procfs.find_processes(f"{RUN_ID_VARIABLE}={run_id}")) | cgroups.members([cgroup] if cgroup else [])
         if uid is not None:
-            victims |= set(processes_of_uid(uid))
+            victims |= set(procfs.processes_of_uid(uid))
         if not victims:
             return
-        _kill(victims, signal.SIGKILL)
+        kill(victims, signal.SIGKILL)
         time.sleep(0.02)
 
 
-def _copy_regular(src: str, dst: str) -> None:
-    """Copy regular files only: a FIFO or a device in a submission would block or leak the copy."""
-    if stat.S_ISREG(os.lstat(src).st_mode):
-        shutil.copy2(src, dst)
-
-
-def _chown_tree(top: Path, uid: int, gid: int) -> None:
-    os.chown(top, uid, gid, follow_symlinks=False)
-    for folder, dirs, files in os.walk(top):
-        for name in dirs + files:
-            os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
-
-
-
-def _remove_owned(folder: str, uid: int) -> None:
-    """Remove the entries of `folder` (not below) that belong to `uid`."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.stat(follow_symlinks=False).st_uid != uid:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                _remove_tree(Path(entry.path))
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            continue
-
-
-def _remove_ipc_of(uid: int) -> None:
-    """Remove the SysV message queues, shared memory segments and semaphore sets `uid` owns."""
-    import ctypes
-    libc = None
-    for table, remove in (("msg", "msgctl"), ("shm", "shmctl"), ("sem", "semctl")):
-        try:
-            with open(f"/proc/sysvipc/{table}") as f:
-                header, *rows = [line.split() for line in f if line.strip()]
-        except (OSError, ValueError):
-            continue
-        ident, owner = header.index(f"{table}id" if table != "msg" else "msqid"), header.index("uid")
-        for row in rows:
-            if row[owner] == str(uid):
-                libc = libc or ctypes.CDLL(None, use_errno=True)
-                if table == "sem":
-                    libc.semctl(int(row[ident]), 0, 0)  # IPC_RMID
-                else:
-                    getattr(libc, remove)(int(row[ident]), 0, None)
 
 
 def _drain(stream, buffer: CappedBuffer) -> threading.Thread:

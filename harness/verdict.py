@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from retrylab import i18n
+from retrylab import bidi, i18n
 
 MESSAGE_LIMIT = 4000
 
@@ -14,7 +14,7 @@ class CheckFailed(Exception):
     def __init__(self, message: str):
         if len(message) > MESSAGE_LIMIT:
             notice = "\n" + i18n.label("verdict.shortened")   # in the language the message was built in
-            message = i18n.truncate(message, MESSAGE_LIMIT - len(notice), "") + notice
+            message = bidi.truncate(message, MESSAGE_LIMIT - len(notice), "") + notice
         super().__init__(message)
         self.message = message
 

@@ -28,7 +28,7 @@ from typing import Callable
 import redis
 
 from retrylab import exercise as exercises
-from retrylab import i18n
+from retrylab import bidi, i18n
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 LIST_READ = 100          # entries read from a list; the lab's lists hold one or a few
@@ -416,17 +416,17 @@ def render(result: Verification) -> str:
     step, lang = result.step, result.lang
     exercise = exercises.get(result.exercise_id)
     marks = {status: i18n.label(f"verify.{status}", lang) for status in (OK, FAIL, NOTE)}
-    column = max(map(i18n.width, marks.values()))
+    column = max(map(bidi.width, marks.values()))
     lines = [i18n.label("verify.heading", lang, number=step.number, title=i18n.step_text(exercise, step, "title", lang),
                         exercise=result.exercise_id),
              i18n.label("verify.directory", lang, path=str(result.directory)),
              i18n.label("verify.redis", lang, url=result.redis_url) if result.redis_url
              else i18n.label("verify.no_redis", lang),
              "", i18n.label("verify.checked", lang)]
-    lines += [f"  {i18n.pad(marks[f.status], column)}  {f.text}" for f in result.facts]
+    lines += [f"  {bidi.pad(marks[f.status], column)}  {f.text}" for f in result.facts]
     if result.unchecked:
         lines += [i18n.label("verify.unchecked", lang)]
-        lines += [f"  {i18n.pad('-', column)}  {text}" for text in result.unchecked]
+        lines += [f"  {bidi.pad('-', column)}  {text}" for text in result.unchecked]
     lines.append("")
     if result.done:
         lines.append(i18n.label("verify.done", lang, number=step.number))
@@ -434,4 +434,4 @@ def render(result: Verification) -> str:
         lines += [i18n.label("verify.not_yet", lang, number=step.number),
                   i18n.label("report.hint", lang, hint=i18n.step_text(exercise, step, "hint", lang))]
     lines.append(i18n.label("verify.pointer", lang, directory=str(result.directory), number=step.number))
-    return "\n".join(i18n.balance(line) for line in lines) + "\n"
+    return "\n".join(bidi.balance(line) for line in lines) + "\n"

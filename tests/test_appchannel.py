@@ -18,6 +18,8 @@ from retrylab.fixtures import messages, taskproc
 from retrylab.fixtures.taskproc_app import TaskprocApp
 from retrylab.learner_site import appstub
 
+from helpers import wait_until
+
 
 @pytest.fixture
 def seeded():
@@ -105,10 +107,7 @@ def test_a_malformed_request_is_answered_and_recorded_as_malformed(channel, data
 
 def test_a_half_request_is_recorded_when_its_connection_closes(channel):
     _raw(channel, _call({"id": "a", "kind": "good"})[:20], reply=False)
-    for _ in range(100):
-        if channel.calls():
-            break
-        time.sleep(0.01)
+    wait_until(channel.calls, "the half request to be recorded", timeout=1)
     (call,) = channel.calls()
     assert (call.outcome, call.error) == (MALFORMED, "unfinished")
 

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import sandbox
+from retrylab import sandbox, tempdirs
 from retrylab.fixtures.corpus import REFERENCE
-from retrylab.sandbox import Containment, Limits, Sandbox
+from retrylab.containment import NAMESPACES_VARIABLE, Containment
+from retrylab.procfs import find_processes
+from retrylab.sandbox import Limits, Sandbox
 
 DETECTED = sandbox.containment()
 PLAIN = dataclasses.replace(DETECTED, namespaces="", bwrap="")   # no namespaces: partial isolation
@@ -118,7 +120,7 @@ def test_a_detached_daemon_does_not_survive_the_run(variant, tag, tmp_path, then
     assert result.stdout.split()[0].isdigit(), result.stderr
     assert result.returncode == (0 if then == "exits" else None), result.stderr
     assert _running_with(tag) == [], "the daemon outlived the run"
-    assert sandbox.find_processes(tag) == []
+    assert find_processes(tag) == []
 
 
 def test_processes_that_ignore_sigterm_are_killed(variant, tag, tmp_path):
@@ -138,7 +140,7 @@ def test_processes_that_ignore_sigterm_are_killed(variant, tag, tmp_path):
     assert result.stopped == "timeout"
     if not variant.namespaces:  # else its pids are its namespace's: the marker in the environment tells
         assert not any(_alive(int(pid)) for pid in result.stdout.split())
-    assert sandbox.find_processes(tag) == []
+    assert find_processes(tag) == []
 
 
 def test_a_fork_bomb_is_bounded_named_and_cleared(variant, tag, tmp_path):
@@ -153,7 +155,7 @@ def test_a_fork_bomb_is_bounded_named_and_cleared(variant, tag, tmp_path):
     assert "the limit of 16 processes" in result.describe()
     if variant.unprivileged_uid or variant.cgroups or os.geteuid() != 0:  # a hard bound (else: counted)
         assert result.peak_processes is None or result.peak_processes <= 16
-    assert sandbox.find_processes(tag) == []
+    assert find_processes(tag) == []
 
 
 @pytest.mark.parametrize("limits, code, named", [
@@ -169,7 +171,7 @@ def test_each_resource_limit_holds_and_is_named(limits, code, named, tmp_path, t
         result = box.run("greedy.py", env={}, timeout=60)
     assert result.stopped is None and result.crashed
     assert named in result.describe(), (result.describe(), result.stderr_tail())
-    assert sandbox.find_processes(tag) == []
+    assert find_processes(tag) == []
 
 
 def test_endless_output_neither_blocks_nor_grows_memory(tmp_path):
@@ -279,7 +281,7 @@ def test_what_the_run_leaves_in_shared_scratch_folders_is_removed(tmp_path, tag)
     else:  # the harness's own user wrote them: nothing tells them from its own files
         assert len(left) == 2 * len(tops)
         for path in left:
-            sandbox._remove_tree(Path(path)) if os.path.isdir(path) else os.unlink(path)
+            tempdirs.remove_tree(Path(path)) if os.path.isdir(path) else os.unlink(path)
 
 
 def test_an_unprivileged_harness_removes_a_copy_made_undeletable(tmp_path):
@@ -288,7 +290,7 @@ def test_an_unprivileged_harness_removes_a_copy_made_undeletable(tmp_path):
     folder = _submission(tmp_path, cleaner="""
         import os
         from pathlib import Path
-        from retrylab.sandbox import _remove_tree
+        from retrylab.tempdirs import remove_tree
         top = Path(os.environ["TMPDIR"]) / "run"
         (top / "a" / "b").mkdir(parents=True)
         (top / "a" / "b" / "f").write_text("x")
@@ -299,7 +301,7 @@ def test_an_unprivileged_harness_removes_a_copy_made_undeletable(tmp_path):
             os.listdir(top / "a")
             print("privileged")
         except PermissionError:
-            _remove_tree(top)
+            remove_tree(top)
             print("removed" if not top.exists() else "left")
     """)
     with Sandbox(folder, containment=PLAIN) as box:  # in namespaces it could not import the harness
@@ -354,7 +356,7 @@ def test_a_harness_without_privileges_still_contains_its_scripts(tmp_path, names
     (folder / "marker.txt").write_text(marker)
     (folder / "mess.txt").write_text(textwrap.dedent(MESS).replace('os.remove("mess.py")', "pass"))
     with Sandbox(folder, containment=PLAIN) as box:
-        result = box.run("nested.py", env={sandbox.NAMESPACES_VARIABLE: namespaces}, timeout=120)
+        result = box.run("nested.py", env={NAMESPACES_VARIABLE: namespaces}, timeout=120)
     assert result.returncode == 0, result.stderr_tail(20)
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
     assert lines["namespaces"] == namespaces, result.stdout
@@ -422,13 +424,13 @@ def test_an_interrupted_run_leaves_no_process(variant, tag, tmp_path):
     """)
 
     def interrupt() -> bool:
-        if len(sandbox.find_processes(tag)) >= 2:
+        if len(find_processes(tag)) >= 2:
             raise KeyboardInterrupt  # e.g. Ctrl-C or a step's alarm while the sandbox waits
         return False
 
     with Sandbox(folder, containment=variant) as box, pytest.raises(KeyboardInterrupt):
         box.run("busy.py", env={}, timeout=30, stop_when=interrupt)
-    assert sandbox.find_processes(tag) == []
+    assert find_processes(tag) == []
 
 
 def test_the_containment_in_use_is_measured_and_explained():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab import i18n, plots
+from retrylab import bidi, i18n, plots
 from retrylab.cli import main
 from retrylab.commands.watch import CLEAR, Watcher
 from retrylab.fixtures.corpus import REFERENCE
@@ -51,9 +51,9 @@ def test_explain_prints_goal_formulas_and_hint_in_the_language(capsys, lang, num
     for name in formulas:
         assert FORMULAS[name] in out
     assert [name for name in FORMULAS if FORMULAS[name] in out] == formulas  # only those it relies on
-    assert i18n.bidi_problems(out) == []
+    assert bidi.bidi_problems(out) == []
     if lang == "fa":
-        assert all(line.startswith(i18n.LRM) for line in out.splitlines() if line.strip() in FORMULAS.values())
+        assert all(line.startswith(bidi.LRM) for line in out.splitlines() if line.strip() in FORMULAS.values())
 
 
 def test_explain_a_step_without_formulas_and_an_advanced_check(capsys):
@@ -115,32 +115,6 @@ def test_value_bars_are_bounded():
     chart = plots.value_bars([1.0] * 55, band=(0, 8), scale=(0, 8))
     lines = chart.splitlines()
     assert len(lines) == 1 + plots.MAX_ROWS + 1 and lines[-1].strip() == "+15"
-
-
-def test_retry_timeline_places_attempts_and_judges_each_gap():
-    times = [100.0, 101.5, 104.2, 104.3, 130.0]
-    allowed = [(0, 2), (0, 4), (1, 8), (0, 16)]
-    head, axis, *rows = plots.retry_timeline(times, allowed, notes=["", "", "outside 1-8 s", ""]).splitlines()
-    marks = [c for c in _bar(head) if c.isdigit() or c == "*"]
-    assert marks[0] == "1" and marks[-1] == "5" and len(marks) >= 4
-    assert [r.split()[0] for r in rows] == ["1-2", "2-3", "3-4", "4-5"]
-    assert "o" in _bar(rows[0]) and "X" not in _bar(rows[0])
-    assert "X" in rows[2] or "<" in rows[2] or _bar(rows[2]).startswith(("X", "o"))
-    assert rows[2].endswith("outside 1-8 s")
-    assert "|>" in rows[3] or "X" in _bar(rows[3])  # 25.7 s: past the 16 s allowed
-    assert plots.retry_timeline([], []) == ""
-
-
-def test_retry_timeline_judges_given_waits_instead_of_the_raw_gaps():
-    times = [0.0, 2.0, 5.0, 10.0]                  # 1 s of processing per attempt is in these gaps
-    chart = plots.retry_timeline(times, [(0, 2), (0, 4), (0, 8)], gaps=[1.0, 2.0, 9.0])
-    rows = chart.splitlines()[2:]
-    assert [row.split()[-1] for row in rows] == ["1", "2", "9"]
-    assert "X" not in rows[0] + rows[1] and ("X" in rows[2] or "|>" in rows[2])
-
-
-# --------------------------------------------------------------------------------------------
-# watch: which steps first
 
 
 def _watcher() -> Watcher:

@@ -24,6 +24,8 @@ from retrylab.brokers.redis import fakeredis_fixes
 from retrylab.brokers.redis.backends import BackendUnavailable, FakeBackend, RedisServerProcess
 from retrylab.brokers.redis.fakeredis_fixes import PatchedTcpFakeServer, start_fake_server, stop_fake_server
 
+from helpers import wait_until
+
 BACKENDS = ["fake", "real"]
 LIMIT = 10.0  # upper bound on any wait: a test that would hang fails instead
 
@@ -52,14 +54,6 @@ class Backend:
     def close(self) -> None:
         for client in self._clients:
             client.close()
-
-
-def wait_until(predicate: Callable[[], bool], what: str, limit: float = LIMIT) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {limit}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def _real_blocked_clients(port: int) -> Callable[[], int]:

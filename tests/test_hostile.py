@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import sandbox
+from retrylab import procfs, sandbox
 from retrylab.fixtures import corpus
 from retrylab.grading import grade
 from retrylab.reporters import FORMATS
@@ -79,7 +79,7 @@ def test_hostile_submission_is_graded_safely(entry, backend, tmp_path, monkeypat
     assert not report.harness_error and all(r.status != "error" for r in report.results), explain
     assert seconds < entry.max_seconds, f"grading took {seconds:.1f} s, over its bound of {entry.max_seconds} s"
 
-    assert sandbox.find_processes(tag) == [], "a process of the submission outlived its grading"
+    assert procfs.find_processes(tag) == [], "a process of the submission outlived its grading"
     outputs = "\n".join(r.output for r in report.results)
     for pid in map(int, re.findall(r"daemon pid=(\d+)", outputs)):  # one that dropped the run's marker
         assert not _daemon_alive(pid), f"the detached daemon {pid} outlived grading"

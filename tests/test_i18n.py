@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab import i18n, verify
+from retrylab import bidi, i18n, verify
 from retrylab.fixtures import corpus
 from retrylab.grading import grade
 from retrylab.reporters import FORMATS
@@ -104,7 +104,7 @@ def test_every_key_the_code_names_exists():
         assert engine.has(f"report.{status}")
     for exercise in EXERCISES:
         catalog = i18n.exercise_catalog(exercise)
-        used = _keys_used(exercise.folder, r"tr|_Reject|tr\.lazy")
+        used = _keys_used(exercise.folder, r"tr|_Reject")
         assert used, exercise.id
         for path, key in used:
             assert catalog.has(key), f"{path}: {key}"
@@ -190,13 +190,13 @@ def _latin_outside_isolates(text: str) -> list[str]:
     """Latin letters and digits of right-to-left lines that no isolate encloses."""
     outside = []
     for line in text.split("\n"):
-        if not i18n.has_rtl(line) or line.lstrip(" ").startswith(i18n.LRM):
+        if not bidi.has_rtl(line) or line.lstrip(" ").startswith(bidi.LRM):
             continue  # a left-to-right line (a plot row): its direction is its own
         depth = 0
         for char in line:
-            if char in (i18n.FSI, i18n.LRI, i18n.RLI):
+            if char in (bidi.FSI, bidi.LRI, bidi.RLI):
                 depth += 1
-            elif char == i18n.PDI:
+            elif char == bidi.PDI:
                 depth -= 1
             elif depth == 0 and re.match(r"[A-Za-z0-9]", char):
                 outside.append(char)
@@ -219,7 +219,7 @@ def test_every_persian_message_isolates_its_latin_fragments_and_stays_balanced()
         for key, message in catalog.messages["fa"].items():
             for template in message.forms.values():
                 text = i18n.render(template, "fa", _sample_params(template))
-                assert i18n.bidi_problems(text) == [], (key, text)
+                assert bidi.bidi_problems(text) == [], (key, text)
                 assert _latin_outside_isolates(text) == [], (key, text)
                 checked += 1
     assert checked > 150
@@ -242,14 +242,14 @@ def test_persian_rendering_isolates_fragments_as_whole_blocks(template, params, 
 def test_other_languages_get_no_bidi_controls():
     for lang in ("en", "zh", "ru"):
         text = i18n.render("line {n} of {name}: {x}", lang, {"n": 3, "name": "a.txt", "x": "y"})
-        assert not i18n.BIDI_CONTROLS.intersection(text)
+        assert not bidi.BIDI_CONTROLS.intersection(text)
 
 
 def test_a_learners_stray_bidi_control_cannot_reverse_the_rest_of_a_line():
     evil = "abc\u202edef\u2066"
     for lang in i18n.LANGUAGES:
         text = i18n.engine().text("report.could_not_grade", lang, error=evil)
-        assert i18n.bidi_problems(text) == []
+        assert bidi.bidi_problems(text) == []
         assert "\\u202e" in text and "\\u2066" in text
 
 
@@ -263,16 +263,16 @@ def test_a_learners_stray_bidi_control_cannot_reverse_the_rest_of_a_line():
     ("\u2068\u202ba\u2069", 1),          # the embedding is left open inside the isolate
 ])
 def test_bidi_problems_finds_unbalanced_controls_per_line(text, problems):
-    assert len(i18n.bidi_problems(text)) == problems
-    assert i18n.bidi_problems(i18n.balance(text)) == []
+    assert len(bidi.bidi_problems(text)) == problems
+    assert bidi.bidi_problems(bidi.balance(text)) == []
 
 
 @pytest.mark.parametrize("limit", range(1, 60))
 def test_truncation_never_leaves_an_isolate_open(limit):
     text = i18n.render("فایل {a} و {b} و {c} در خط {d}", "fa", {"a": "x" * 9, "b": "yy", "c": "zzz", "d": 12})
-    cut = i18n.truncate(text, limit)
+    cut = bidi.truncate(text, limit)
     assert len(cut) <= max(limit, 3)
-    assert i18n.bidi_problems(cut) == []
+    assert bidi.bidi_problems(cut) == []
 
 
 def test_the_parsers_problems_keep_their_english_bound_and_get_more_room_in_other_languages():
@@ -283,7 +283,7 @@ def test_the_parsers_problems_keep_their_english_bound_and_get_more_room_in_othe
         with i18n.use(lang):
             problem = artifacts.parse_schedule(data).problem
         limit = messages.MAX_PROBLEM * (1 if lang == "en" else 1.5)
-        assert 0 < len(problem) <= limit and i18n.bidi_problems(problem) == []
+        assert 0 < len(problem) <= limit and bidi.bidi_problems(problem) == []
         if lang != "en":
             assert SCRIPTS[lang].search(problem), problem
 
@@ -338,18 +338,18 @@ def test_a_persian_report_of_a_failing_submission_has_no_unbalanced_bidi_control
     report = failing_reports["fa"]
     rendered = FORMATS[format_name](report)
     if format_name == "text":
-        assert i18n.bidi_problems(rendered) == []
+        assert bidi.bidi_problems(rendered) == []
         assert _latin_outside_isolates(rendered) == []
         texts = [rendered]
     else:
         texts = [r.message for r in report.results]
         for text in texts:
-            assert i18n.bidi_problems(text) == []
+            assert bidi.bidi_problems(text) == []
     # the chosen language reaches every format: its messages are in the output
     decoded = json.loads(rendered) if format_name in ("exercism", "gradescope") else rendered
     flat = json.dumps(decoded, ensure_ascii=False) if not isinstance(decoded, str) else decoded
     assert SCRIPTS["fa"].search(flat)
-    assert all(i18n.FSI in text for text in texts)
+    assert all(bidi.FSI in text for text in texts)
 
 
 def test_text_report_labels_in_each_language():
@@ -361,7 +361,7 @@ def test_text_report_labels_in_each_language():
         text = FORMATS["text"](report)
         assert i18n.label("report.tally", lang, passed=1, total=2, seconds=0.0) in text
         assert i18n.label("report.pass", lang) in text and i18n.label("report.fail", lang) in text
-        assert i18n.bidi_problems(text) == []
+        assert bidi.bidi_problems(text) == []
 
 
 def test_cli_takes_the_language_from_lang_or_the_locale(tmp_path):
@@ -408,7 +408,7 @@ def _assert_in_language(lang: str, text: str) -> None:
         return
     assert _lines_in(lang, text) == [], text
     if lang in i18n.RTL:
-        assert i18n.bidi_problems(text) == [], text
+        assert bidi.bidi_problems(text) == [], text
         assert _latin_outside_isolates(text) == [], text
 
 
@@ -625,7 +625,7 @@ def test_output_cut_in_the_sandbox_and_a_shortened_verdict_say_so_in_the_languag
             verdict = CheckFailed(long).message
         assert "900" in notice and SCRIPTS[lang].search(notice), notice
         assert len(verdict) <= MESSAGE_LIMIT and SCRIPTS[lang].search(verdict.splitlines()[-1])
-        assert i18n.bidi_problems(verdict) == []   # the cut closes what it left open (Persian's isolates)
+        assert bidi.bidi_problems(verdict) == []   # the cut closes what it left open (Persian's isolates)
 
 
 def _report_in(lang: str) -> Report:

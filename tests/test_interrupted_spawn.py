@@ -14,6 +14,8 @@ import pytest
 from retrylab import spawn
 from retrylab.brokers.redis.fake_server_process import FakeServerProcess
 
+from helpers import wait_until
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -61,13 +63,8 @@ def test_a_server_whose_caller_stopped_waiting_is_killed_once_it_exists(monkeypa
         spawn.spawn_server([sys.executable, "-c", "import time; time.sleep(60)"])
     monkeypatch.setattr(spawn.concurrent.futures.Future, "result", real_result)
     release.set()
-    deadline = time.monotonic() + 20
-    while not made and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert made, "the server was never started"
-    while _alive(made[0].pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not _alive(made[0].pid), "a server nobody waits for any more was left running"
+    wait_until(lambda: made, "the server to be started", timeout=20)
+    wait_until(lambda: not _alive(made[0].pid), "the server nobody waits for any more to end", timeout=20)
 
 
 @pytest.mark.parametrize("cut_at", ["ready", "port"])

@@ -25,7 +25,8 @@ from retrylab.brokers.redis.backends import RedisServerProcess
 from retrylab.fixtures import corpus
 from retrylab.grading import grade
 from retrylab.brokers.redis.proxy import RecordingProxy
-from retrylab.sandbox import Containment, Sandbox
+from retrylab.containment import NAMESPACES_VARIABLE, Containment
+from retrylab.sandbox import Sandbox
 
 DETECTED = sandbox.containment()
 KINDS = ["unshare"] + (["bwrap"] if shutil.which("bwrap") else [])
@@ -220,7 +221,7 @@ def _ipc_of(uid: int) -> list[str]:
 
 
 def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
-    env = {**os.environ, sandbox.NAMESPACES_VARIABLE: "none"}
+    env = {**os.environ, NAMESPACES_VARIABLE: "none"}
     batch = tmp_path / "submissions"
     corpus.load(corpus.SUBMISSIONS / "correct" / "noisy-worker").materialize(batch / "one")   # grade-batch refuses an empty folder
     for command in (["check", str(corpus.REFERENCE)], ["grade-batch", str(batch), "--out", str(tmp_path / "g.csv")]):
@@ -240,7 +241,7 @@ def test_isolation_required_refuses_to_grade_without_namespaces(tmp_path):
 
 
 def test_partial_isolation_is_said_in_the_report():
-    env = {**os.environ, sandbox.NAMESPACES_VARIABLE: "none"}
+    env = {**os.environ, NAMESPACES_VARIABLE: "none"}
     done = subprocess.run([sys.executable, "-m", "retrylab", "check", str(corpus.REFERENCE), "--step", "3"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

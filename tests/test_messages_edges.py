@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import i18n
+from retrylab import bidi, i18n
 from retrylab.fixtures import corpus
 from retrylab.grading import grade, quote_once
 from retrylab.reporters import text
@@ -70,5 +70,5 @@ def test_a_crashing_workers_traceback_appears_once_in_the_report(tmp_path):
 @pytest.mark.parametrize("path", ["../subs/alice", "./alice", ".hidden/alice", "alice."])
 def test_a_persian_path_is_isolated_whole(path):
     line = i18n.label("report.submission", "fa", path=path, backend="fake")
-    assert f"{i18n.FSI}{path}{i18n.PDI}" in line and not i18n.bidi_problems(line)
+    assert f"{bidi.FSI}{path}{bidi.PDI}" in line and not bidi.bidi_problems(line)
     assert "backend" not in line   # translated, as in zh and ru

@@ -27,32 +27,13 @@ from retrylab.brokers.redis import proxy as proxy_module
 from retrylab.brokers.redis.backends import Endpoint, free_port
 from retrylab.brokers.redis.proxy import REDACTED, Command, RecordingProxy, _CommandParser, _ProtocolConfusion, _ReplyParser, _split_inline
 
-WAIT = 15.0  # hang guard for every wait: generous, never a performance limit
+from helpers import WAIT, recv_until_eof, resp, wait_until
+
 BLOCK = 30  # BLPOP timeout in seconds: longer than any wait, so a BLPOP only ends by getting an element
 HANDSHAKE = {"HELLO", "CLIENT", "AUTH", "SELECT"}  # what redis-py sends on its own when it connects
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------------
-
-def wait_until(predicate, what: str, timeout: float = WAIT):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.005)
-
-
-def resp(*args) -> bytes:
-    """One command as a RESP array of bulk strings."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        arg = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(out)
-
 
 def recv_exactly(sock: socket.socket, expected: bytes) -> None:
     data = b""
@@ -72,18 +53,6 @@ def recv_values(sock: socket.socket, count: int) -> bytes:
         data += chunk
         seen += parser.feed(chunk)[1]
     return data
-
-
-def recv_until_eof(sock: socket.socket) -> bytes:
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
 
 
 def through(proxy: RecordingProxy, **kwargs) -> redis.Redis:

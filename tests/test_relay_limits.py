@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 
@@ -17,36 +16,7 @@ from retrylab.brokers.redis.backends import Endpoint
 from retrylab.brokers.redis.proxy import RecordingProxy, _CommandParser, _ProtocolConfusion
 from retrylab.brokers.redis.relay_guard import AdminGuard
 
-WAIT = 15.0
-
-
-def wait_until(predicate, what: str, timeout: float = WAIT):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.005)
-    return value
-
-
-def resp(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        arg = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(out)
-
-
-def recv_until_eof(sock: socket.socket) -> bytes:
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
+from helpers import WAIT, recv_until_eof, resp, wait_until
 
 
 def recv_line(sock: socket.socket) -> bytes:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from retrylab import i18n
+from retrylab import bidi, i18n
 from retrylab.fixtures import corpus
 from retrylab.grading import grade
 from retrylab.reporters import github, text
@@ -54,7 +54,7 @@ def test_text_report_and_annotations_carry_no_active_character(lang):
     for rendered in (text.render(_report(spoof, lang)), github.render(_report(spoof, lang))):
         assert not ACTIVE.search(rendered), repr(rendered)
         assert "\\x1b[2J" in rendered and "\\u202e" in rendered
-    assert not i18n.bidi_problems(text.render(_report(spoof, lang)))
+    assert not bidi.bidi_problems(text.render(_report(spoof, lang)))
 
 
 def test_ansi_spoof_cannot_repaint_the_verdict(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import wait_until
+
 SOLUTION = Path(__file__).resolve().parent.parent / "solution"
 LIMIT = 60.0
 
@@ -64,10 +66,8 @@ def test_servers_end_when_the_grading_is_killed(backend, count, how):
             time.sleep(0.05)
         grading.send_signal(how)           # the grading process only, as a CI runner's timeout does
         grading.wait(LIMIT)
-        deadline = time.monotonic() + 10
-        while any(_alive(p) for p in servers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [c for p, c in servers.items() if _alive(p)], "servers outlived their grading"
+        wait_until(lambda: not [c for p, c in servers.items() if _alive(p)], "the servers to end with their grading",
+                   timeout=10)
     finally:
         if grading.poll() is None:
             os.killpg(grading.pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ import pytest
 from retrylab.brokers.redis.backends import make_backend
 from retrylab.brokers.redis.proxy import Command
 from retrylab.runner import LearnerRunner
-from retrylab.sandbox import descendants
+from retrylab.procfs import descendants
 from retrylab.settle import Reason, Stop, StopCondition, blocked, no_progress, read_timeout, when
 
 

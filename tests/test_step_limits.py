@@ -18,7 +18,8 @@ import pytest
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.limits import StepClock, StepTimeLimit
-from retrylab.sandbox import RUN_ID_VARIABLE, Sandbox, find_processes
+from retrylab.procfs import find_processes
+from retrylab.sandbox import RUN_ID_VARIABLE, Sandbox
 
 # Learner scripts that never finish; each first prints its pid (the sandbox may run it as another
 # user, so it cannot write to the test's files). TICK changes Redis every second (a blocking pop

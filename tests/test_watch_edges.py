@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab import i18n
+from retrylab import bidi, i18n
 from retrylab.commands import watch
 from retrylab.commands.watch import Watcher, wrap
 from retrylab.results import StepResult
@@ -51,7 +51,7 @@ def test_every_failing_step_has_a_line_and_the_advanced_checks_one(monkeypatch):
     assert "FAIL step 1: worker consumes q:tasks" in lines and "FAIL step 3: exponential backoff schedule" in lines
     assert "advanced checks (optional): 1/2 pass; not yet: backoff-applied" in lines
     message = [line for line in lines if line.startswith("    ")]
-    assert len(message) > 2 and all(i18n.width(line) <= 60 for line in message), message
+    assert len(message) > 2 and all(bidi.width(line) <= 60 for line in message), message
     assert " ".join(line.strip() for line in message) == "worker.py exited with status 1 " + hint  # no word cut
 
 
@@ -62,8 +62,8 @@ def test_wrap_breaks_at_spaces_within_the_width_and_keeps_isolates_whole(lang):
     parts = wrap(line, 50)
     assert len(parts) > 1 and all(p.startswith("    ") for p in parts)
     for part in parts:
-        assert not i18n.bidi_problems(part), part
-        assert i18n.width(part) <= 50 or any(c in i18n.BIDI_CONTROLS for c in part)
+        assert not bidi.bidi_problems(part), part
+        assert bidi.width(part) <= 50 or any(c in bidi.BIDI_CONTROLS for c in part)
     if lang == "en":
         assert " ".join(p.strip() for p in parts) == line.strip()
 

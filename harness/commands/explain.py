@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from retrylab import exercise as exercises
-from retrylab import i18n
+from retrylab import bidi, i18n
 from retrylab.commands import UsageError
 from retrylab.commands.check import add_lang_argument
 
@@ -102,7 +102,7 @@ def index(exercise: exercises.Exercise, lang: str) -> str:
     for check in exercise.advanced:
         lines.append(f"{INDENT}advanced:{check.slug}: {catalog.text(f'advanced.{check.slug}.title', lang)}")
     lines += ["", i18n.label("explain.index_more", lang)]
-    return "\n".join(i18n.balance(line) for line in lines) + "\n"
+    return "\n".join(bidi.balance(line) for line in lines) + "\n"
 
 
 def run(args) -> int:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from retrylab import exercise as exercises
-from retrylab import i18n
+from retrylab import bidi, i18n, procfs
 from retrylab.commands import UsageError
 from retrylab.commands.check import add_lang_argument
 from retrylab.commands.explain import step_files
@@ -146,7 +146,7 @@ class Watcher:
             lines += ["", i18n.label("watch.checking", lang, steps=", ".join(map(str, checking)))]
             if advanced:
                 lines.append(i18n.label("watch.checking_advanced", lang))
-        return [i18n.balance(line) for line in lines]
+        return [bidi.balance(line) for line in lines]
 
     def columns(self) -> int:
         return max(40, shutil.get_terminal_size((100, 24)).columns)
@@ -161,9 +161,9 @@ def _words(line: str) -> list[str]:
     """`line` cut at its spaces, but none inside a bidi isolate (a Persian line's Latin run)."""
     words, current, depth = [], "", 0
     for char in line:
-        if char in (i18n.LRI, i18n.RLI, i18n.FSI):
+        if char in (bidi.LRI, bidi.RLI, bidi.FSI):
             depth += 1
-        elif char == i18n.PDI and depth:
+        elif char == bidi.PDI and depth:
             depth -= 1
         if char == " " and depth == 0:
             words.append(current)
@@ -176,11 +176,11 @@ def _words(line: str) -> list[str]:
 
 def _cut_wide(word: str, columns: int) -> list[str]:
     """A word wider than a line (Chinese has no spaces): cut between characters, never inside an isolate."""
-    if i18n.width(word) <= columns or any(c in i18n.BIDI_CONTROLS for c in word):
+    if bidi.width(word) <= columns or any(c in bidi.BIDI_CONTROLS for c in word):
         return [word]
     pieces, current = [], ""
     for char in word:
-        if current and i18n.width(current + char) > columns:
+        if current and bidi.width(current + char) > columns:
             pieces.append(current)
             current = ""
         current += char
@@ -190,7 +190,7 @@ def _cut_wide(word: str, columns: int) -> list[str]:
 def wrap(line: str, columns: int) -> list[str]:
     """`line` in lines of at most `columns` terminal columns, broken at spaces (a terminal would
     break mid-word); a continuation keeps the line's indentation."""
-    if i18n.width(line) <= columns:
+    if bidi.width(line) <= columns:
         return [line]
     indent = line[:len(line) - len(line.lstrip(" "))]
     room = max(10, columns - len(indent))
@@ -198,7 +198,7 @@ def wrap(line: str, columns: int) -> list[str]:
     for word in _words(line.lstrip(" ")):
         for piece in _cut_wide(word, room):
             candidate = f"{current} {piece}" if current else piece
-            if current and i18n.width(candidate) > room:
+            if current and bidi.width(candidate) > room:
                 lines.append(current)
                 candidate = piece
             current = candidate
@@ -283,22 +283,7 @@ class ChangeFeed:
 
 def _children() -> list[int]:
     """Process ids whose parent is this process (Linux /proc; [] elsewhere)."""
-    me, found = os.getpid(), []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            found.append(int(entry))
-    return found
+    return procfs.children(os.getpid())
 
 
 def _stop_children(grace: float = 2.0) -> None:

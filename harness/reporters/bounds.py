@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from retrylab import i18n
+from retrylab import bidi, i18n
 
 
 def language(report) -> str:
@@ -103,7 +103,7 @@ def _escape(match: re.Match) -> str:
 def _learners_marks(line: str) -> str:
     """`line` with its directional marks escaped, but for the harness's own LRM (see _MARKS)."""
     start = len(line) - len(line.lstrip(" "))
-    if line.startswith(i18n.LRM, start):
+    if line.startswith(bidi.LRM, start):
         start += 1
     return line[:start] + _MARKS.sub(_escape, line[start:])
 

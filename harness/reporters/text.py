@@ -7,7 +7,7 @@ a learner's script printed cannot repaint the verdict.
 """
 from __future__ import annotations
 
-from retrylab import i18n
+from retrylab import bidi, i18n
 from retrylab.reporters.bounds import language, neutral
 from retrylab.reporters.github import inert_text
 from retrylab.results import Report, StepResult
@@ -17,15 +17,15 @@ _STATUSES = ("pass", "fail", "error")
 
 def _line(result: StepResult, lang: str) -> str:
     marks = {status: i18n.label(f"report.{status}", lang) for status in _STATUSES}
-    column = max(map(i18n.width, marks.values()))
+    column = max(map(bidi.width, marks.values()))
     label = i18n.label("report.step", lang, number=result.number) if result.number is not None else result.name
-    return f"{i18n.pad(marks[result.status], column)} {label}: {result.title}"
+    return f"{bidi.pad(marks[result.status], column)} {label}: {result.title}"
 
 
 def _detail(result: StepResult) -> list[str]:
     if result.passed or not result.message:
         return []
-    return ["      " + i18n.balance(part) for part in result.message.splitlines()]
+    return ["      " + bidi.balance(part) for part in result.message.splitlines()]
 
 
 def render(report: Report) -> str:
@@ -50,4 +50,4 @@ def render(report: Report) -> str:
     # Learner text (quoted output, data, file names) is shown, never obeyed: by the terminal (an ESC
     # sequence or a CR repainting a verdict) nor, on stdout in a GitHub job, by the runner (a quoted
     # `::stop-commands::` line)
-    return inert_text("\n".join(i18n.balance(line) for line in neutral("\n".join(lines)).split("\n"))) + "\n"
+    return inert_text("\n".join(bidi.balance(line) for line in neutral("\n".join(lines)).split("\n"))) + "\n"

@@ -1,4 +1,6 @@
-"""The embedded fake Redis backend: fakeredis' TCP server with two gaps fixed that grading depends on.
+"""The embedded fake Redis backend: fakeredis' TCP server with the seven differences from Redis fixed that
+grading depends on (tests/test_fake_backend_gaps.py tests those of blocking commands, Lua and error replies on the
+fake and, where Redis behaves the same, on a real redis-server).
 
 Measured against fakeredis 2.41.0 (`fakeredis._clients._tcp_server.TcpFakeServer`):
 
@@ -41,6 +43,15 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
    in each runtime before `debug` is removed from its globals, looks at the clock every LUA_HOOK_INSTRUCTIONS
    instructions and fails a script (EVAL's, a FUNCTION's, a library's code at FUNCTION LOAD) that has run longer
    than SCRIPT_TIME_LIMIT; pcall, xpcall and coroutine.resume pass that error on, so a script cannot catch it.
+
+5. Error replies of several lines. A Lua runtime error carries lupa's multi-line traceback, which fakeredis writes
+   as is: the RESP framing breaks and the client waits forever. `_OneLineErrorWriter` sends them on one line.
+
+6. Large replies. fakeredis' socket is non-blocking, so a reply larger than the send buffer failed half-way
+   with EAGAIN and the connection was dropped; `_OneLineErrorWriter.write` sends all of it.
+
+7. No TCP_NODELAY. Redis sets it on its clients' sockets; without it every exchange with several replies (a
+   pipeline, MULTI/EXEC) waits about 45 ms on Nagle's algorithm. `_PeerAwareRequestHandler.setup` sets it.
 """
 from __future__ import annotations
 
@@ -69,7 +80,7 @@ from fakeredis.commands_mixins._lua_functions import FunctionsEngine
 __all__ = ["PatchedTcpFakeServer", "apply", "start_fake_server", "stop_fake_server"]
 
 # How long a blocked command sleeps on the database condition before it looks at its TCP peer again. It bounds how
-# long a dead client's handler, or one blocked when the server stops, lingers (the brief allows ~0.1 s).
+# long a dead client's handler, or one blocked when the server stops, lingers (well under a tenth of a second).
 WAIT_SLICE = 0.05
 
 # How often serve_forever looks for a shutdown request; it bounds how long stop_fake_server waits for the accept loop.
