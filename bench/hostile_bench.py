@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from retrylab import sandbox
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 
 GRADE = """
 import json, resource, sys, time

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from retrylab.brokers.redis import backends, cli
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

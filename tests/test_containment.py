@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import sandbox
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.sandbox import Containment, Limits, Sandbox
 
 DETECTED = sandbox.containment()

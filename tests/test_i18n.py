@@ -14,7 +14,7 @@ import pytest
 
 from retrylab import exercise as exercises
 from retrylab import i18n, verify
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.reporters import FORMATS
 from retrylab.results import Report, StepResult
@@ -276,7 +276,8 @@ def test_truncation_never_leaves_an_isolate_open(limit):
 
 
 def test_the_parsers_problems_keep_their_english_bound_and_get_more_room_in_other_languages():
-    from retrylab.checks.backoff_dlq import artifacts, messages
+    from retrylab.checks.backoff_dlq import artifacts
+    from retrylab.checks.backoff_dlq import stored_values as messages
 
     data = b"attempt=0 wait=1\n" + b"attempt=1 wait=" + b"9" * 150 + b"\n"
     for lang in i18n.LANGUAGES:
@@ -487,8 +488,9 @@ def test_work_run_beside_the_checks_speaks_the_gradings_language():
     """The advanced run (and the alert runs) go on in threads of their own, where what a learner run
     says (a limit it hit, output it cut) is built: in the grading's language, not the default."""
     from retrylab.checks.backoff_dlq import advanced
+    from retrylab.checks.backoff_dlq.runs import BackgroundRun
     with i18n.use("fa"):
-        beside = advanced.Alongside(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
+        beside = BackgroundRun(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
     lang, text = beside.result()
     assert lang == "fa" and SCRIPTS["fa"].search(text)
 
@@ -503,7 +505,7 @@ def _verify(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 def test_verify_says_its_facts_the_unchecked_list_and_the_way_on_in_the_language(
         lang, private_redis_server, tmp_path, capsys):
-    from retrylab.fixtures.messages import DLQ
+    from retrylab.checks.backoff_dlq.lab import DLQ
     folder = tmp_path / "qr"
     shutil.copytree(corpus.REFERENCE, folder, ignore=shutil.ignore_patterns("__pycache__"))
     entry = {"payload": {"id": "m1", "kind": "bad", "data": {}}, "error": "boom", "attempts": 4,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SOLUTION = Path(__file__).resolve().parent.parent / "solution"
+SOLUTION = Path(__file__).resolve().parent.parent / "solution" / "backoff-dlq"
 LIMIT = 60.0
 
 
