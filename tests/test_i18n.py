@@ -118,7 +118,7 @@ def test_keys_built_at_run_time_and_verifys_lab_facts_exist():
     from retrylab.checks.backoff_dlq import advanced
     catalog = i18n.exercise_catalog(exercises.get("backoff-dlq"))
     pattern = re.compile(r"\btr\(\s*\"([A-Za-z0-9_.\-]+)\"")
-    used = pattern.findall((HARNESS / "verify.py").read_text(encoding="utf-8"))
+    used = pattern.findall((exercises.get("backoff-dlq").folder / "verifiers.py").read_text(encoding="utf-8"))
     assert len(used) > 30
     for key in used:
         assert catalog.has(key) and key.startswith("verify."), key
@@ -519,7 +519,7 @@ def test_verify_says_its_facts_the_unchecked_list_and_the_way_on_in_the_language
         client.delete(DLQ)
         client.rpush(DLQ, json.dumps(entry))   # the same state again, for the API's own report
         try:
-            result = verify.verify(folder, 7, redis_url=private_redis_server.url, lang=lang)
+            result = verify.verify(folder, 7, broker_url=private_redis_server.url, lang=lang)
         finally:
             client.delete(DLQ)
     assert (status, err) == (1, "")
