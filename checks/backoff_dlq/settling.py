@@ -1,7 +1,7 @@
 """When backoff-dlq's learner runs are stopped, composed from the engine's stop conditions
 (retrylab.settle): judged from what the learner is doing, never from wall-clock quiet.
 
-The worker runs (worker_run in conftest.py, the advanced run in advanced.py) stop when the worker:
+The worker runs (worker_run and advanced_run in runs.py) stop when the worker:
 - waits in a blocking read with all its work done (BLPOP-forever workers, reliable queues);
 - has done all its work and changes nothing while it gets DONE_IDLE_CPU of CPU (a worker that polls
   with sleep(1) when the queue is empty: virtual sleeps cost it about a millisecond each);
