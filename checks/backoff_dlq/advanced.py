@@ -15,12 +15,12 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from retrylab.calllog import Call
-from retrylab.checks.backoff_dlq.stored_values import decode_json, message_id
-from retrylab.checks.backoff_dlq.catalog import tr
-from retrylab.checks.backoff_dlq import lab
-from retrylab.fixtures.backoff_dlq.taskproc import SECONDS_PER_CALL
 from retrylab.brokers.redis.proxy import Command
+from retrylab.calllog import Call
+from retrylab.checks.backoff_dlq import lab
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.stored_values import decode_json, message_id
+from retrylab.fixtures.backoff_dlq.taskproc import SECONDS_PER_CALL
 
 TRANSIENT = ("bad", "timeout", "unavailable", "throttled")   # retried until the limit, then the DLQ
 PERMANENT = ("invalid", "orphan")                             # the DLQ after the first attempt
