@@ -131,7 +131,7 @@ def test_lab_step_checks_build_their_messages_from_the_catalog():
     literal = re.compile(r"""\b(?:fail|_Reject)\(\s*f?["'][^"']*\s[A-Za-z]""")  # words, not a key
     folder = CHECKS / "backoff_dlq"
     modules = [*folder.glob("test_step*.py"), *folder.glob("test_advanced_*.py"), folder / "observe.py",
-               folder / "artifacts.py", folder / "messages.py", folder / "advanced.py"]
+               folder / "artifacts.py", folder / "stored_values.py", folder / "advanced.py"]
     assert len(modules) == 17
     for module in modules:
         found = literal.findall(module.read_text(encoding="utf-8"))

@@ -57,6 +57,7 @@ ALERT_TIMEOUT = 10.0    # outer bound, real seconds, of each run of alert.py (se
 
 @dataclass(frozen=True)
 class WorkerRun:
+    """What the learner's worker did with the lab's batch: the calls, the commands, Redis after it."""
     seeded: tuple[dict, ...]
     bad: dict
     run: ScriptRun
