@@ -2,7 +2,7 @@
 
     python bench/advanced_checks.py [--runs N] [--backend fake|redis-server] [DIR]
 
-Grades DIR (default: solution/) alternately with the 8 lab steps only (as `--step 1 ... --step 8`,
+Grades DIR (default: solution/backoff-dlq/) alternately with the 8 lab steps only (as `--step 1 ... --step 8`,
 which leaves the advanced checks out) and in full, and prints a markdown table: median wall time of
 each, the difference, and the median time each advanced check reports for itself (its setup
 included: the shared advanced worker run is paid by the first check that uses it).
@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 
 LAB_STEPS = tuple(range(1, 9))

@@ -18,7 +18,7 @@ import sys
 import time
 
 from retrylab.brokers.redis import containers
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 
 def grade_once() -> tuple[bool, float, str, int]:

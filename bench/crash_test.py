@@ -1,7 +1,7 @@
 """Crash test of the reference worker: SIGKILL it at random moments, restart it, lose nothing.
 
 On a private redis-server: 1,000 messages (10% of kind "bad", which always fail), one worker
-process at a time (solution/worker.py with a stand-in taskproc that records every call in
+process at a time (solution/backoff-dlq/worker.py with a stand-in taskproc that records every call in
 Redis), killed with SIGKILL at a random moment 50 times and restarted each time, then one last
 worker left to finish and stopped with SIGTERM. At the end every good message must have been
 processed and every bad one must be in the DLQ (attempts 5): zero lost. A message may be
@@ -35,7 +35,7 @@ import redis
 from retrylab.brokers.redis.backends import RedisServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER = ROOT / "solution" / "worker.py"
+WORKER = ROOT / "solution" / "backoff-dlq" / "worker.py"
 STANDIN = Path(__file__).resolve().parent / "standin"
 CALLS = "standin:calls"
 QUEUE, DLQ, DELAYED, WORKERS = "q:tasks", "q:tasks:dlq", "q:tasks:delayed", "q:tasks:workers"

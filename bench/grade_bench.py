@@ -34,8 +34,8 @@ from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab.brokers.redis.backends import make_backend
-from retrylab.fixtures import corpus
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq import corpus
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.plugin import STEP_KEY, TIMING_KEY
 
 BACKENDS = ("fake", "redis-server")

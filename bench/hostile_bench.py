@@ -24,7 +24,7 @@ from pathlib import Path
 
 from retrylab import procfs, sandbox
 from retrylab.containment import Containment
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 
 GRADE = """
 import json, resource, sys, time

@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.procfs import find_processes
 from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
 

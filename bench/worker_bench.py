@@ -10,7 +10,7 @@ processes. Printed as a markdown table (median of --repeat runs).
 Contenders:
 - simplest: BLPOP, process, RPUSH on failure (bench/contenders/simplest_worker.py). One round
   trip per message and no safety at all: the upper bound of what one round trip allows.
-- reference: solution/worker.py (reliable fetch, heartbeat, delayed retries, DLQ records).
+- reference: solution/backoff-dlq/worker.py (reliable fetch, heartbeat, delayed retries, DLQ records).
 - RQ: SimpleWorker (jobs run in the worker process; the default Worker forks per job and is
   far slower), Retry(max=4, interval=0), failed jobs in its FailedJobRegistry.
 - Dramatiq: Redis broker, actor with max_retries=4, min_backoff=0, max_backoff=0, dead letters
@@ -103,13 +103,13 @@ class Simplest(Contender):
 
 
 class Reference(Contender):
-    name = "reference (solution/worker.py)"
+    name = "reference (solution/backoff-dlq/worker.py)"
 
     def seed(self, r, url, msgs):
         push_json(r, STAGING, msgs)
 
     def command(self, url):
-        return [sys.executable, str(ROOT / "solution" / "worker.py")]
+        return [sys.executable, str(ROOT / "solution" / "backoff-dlq" / "worker.py")]
 
     def env(self, url):
         return env_for(url, RETRY_BACKOFF_BASE="0")

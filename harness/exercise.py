@@ -4,17 +4,15 @@ The engine reads exercises from the `checks` package; adding a lab means adding 
 """
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
-try:  # installed (non-editable): checks live inside the package
-    import retrylab.checks as _checks_pkg
-    CHECKS_DIR = Path(_checks_pkg.__file__).resolve().parent
-except ImportError:  # pragma: no cover
-    pass
+# Where the exercises' folders are: the package the checks install as (checks/ in a checkout),
+# found without importing it
+CHECKS_DIR = Path(importlib.util.find_spec("retrylab.checks").origin).resolve().parent
 
 DEFAULT_EXERCISE = "backoff-dlq"
 
@@ -45,9 +43,9 @@ class Exercise:
     folder: Path
     steps: tuple[Step, ...]
     advanced: tuple[Step, ...] = ()
-    broker: str = "redis"            # the kind of broker its checks need (retrylab.brokers.<kind>)
+    broker: str = ""                 # the kind of broker its checks need (retrylab.brokers.<kind>)
     # "module:factory" of the harness side of the exercise's application module (the one learner code
-    # calls, e.g. taskproc): it decides each call's outcome; None when learner code calls none
+    # calls): it decides each call's outcome; None when learner code calls none
     application: str | None = None
     verifiers: str | None = None     # module with the exercise's `retrylab verify` step verifiers
     formulas: dict = field(default_factory=dict)   # [formulas]: name -> code
@@ -87,7 +85,7 @@ def _load(folder: Path) -> Exercise:
                   for s in meta["steps"])
     advanced = tuple(make(a, None, a["id"], 0.0, ADVANCED) for a in meta.get("advanced", ()))
     return Exercise(id=meta["id"], title=meta["title"], folder=folder, steps=steps, advanced=advanced,
-                    broker=str(meta.get("broker", "redis")), application=meta.get("application"),
+                    broker=str(meta["broker"]), application=meta.get("application"),
                     verifiers=meta.get("verifiers"), formulas=dict(meta.get("formulas", {})),
                     seed=str(meta.get("seed", "")))
 

@@ -30,7 +30,7 @@ from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never
 
 # The application a run gets when its check names none (scripts that seed nothing: replay.py, tests):
 # "module:factory", imported when first needed. A check passes its own with what it seeded.
-DEFAULT_APPLICATION = "retrylab.fixtures.taskproc_app:TaskprocApp"
+DEFAULT_APPLICATION = "retrylab.fixtures.backoff_dlq.taskproc_app:TaskprocApp"
 
 
 def default_application() -> Application:

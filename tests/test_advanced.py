@@ -17,10 +17,10 @@ from retrylab import exercise as exercises
 from retrylab.appchannel import AppChannel
 from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq import advanced
-from retrylab.fixtures import corpus, taskproc
-from retrylab.fixtures.taskproc_app import TaskprocApp
+from retrylab.fixtures.backoff_dlq import corpus, taskproc
+from retrylab.fixtures.backoff_dlq.taskproc_app import TaskprocApp
 from retrylab.learner_site import appstub
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.brokers.redis.proxy import Command
 from retrylab.reporters import FORMATS

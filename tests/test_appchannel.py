@@ -14,8 +14,8 @@ import pytest
 
 from retrylab.appchannel import ARG_TEXT_LIMIT, ID_LIMIT, MAX_FRAME, AppChannel, describe_call_limit
 from retrylab.calllog import BYTES, CALLS, MALFORMED, RecordLimit
-from retrylab.fixtures import messages, taskproc
-from retrylab.fixtures.taskproc_app import TaskprocApp
+from retrylab.fixtures.backoff_dlq import message_factory, taskproc
+from retrylab.fixtures.backoff_dlq.taskproc_app import TaskprocApp
 from retrylab.learner_site import appstub
 
 from helpers import wait_until
@@ -23,7 +23,7 @@ from helpers import wait_until
 
 @pytest.fixture
 def seeded():
-    return [messages.new_message("good"), messages.new_message("bad")]
+    return [message_factory.new_message("good"), message_factory.new_message("bad")]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import redis
 from retrylab.brokers.redis import backends, container_image, containers
 from retrylab.brokers.redis.backends import (CLAIM_KEY, BackendUnavailable, ContainerBackend, Endpoint, RedisServerProcess,
                                UrlBackend, free_port, make_backend)
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.runner import LearnerRunner
 

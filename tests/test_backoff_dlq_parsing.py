@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from retrylab.checks.backoff_dlq import artifacts, messages
+from retrylab.checks.backoff_dlq import artifacts
+from retrylab.checks.backoff_dlq import stored_values as messages
 from retrylab.checks.backoff_dlq.artifacts import (
     Parsed,
     parse_capped,
@@ -21,7 +22,7 @@ from retrylab.checks.backoff_dlq.artifacts import (
     parse_schedule,
     requeue_out_shows_attempts,
 )
-from retrylab.checks.backoff_dlq.messages import (
+from retrylab.checks.backoff_dlq.stored_values import (
     attempts_of,
     decode_json,
     message_id,

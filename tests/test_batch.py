@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import batch
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 
 MIX = ["correct/envelope-format", "correct/blpop-forever-default-client", "wrong/schedule-short",
        "wrong/replay-keeps-attempts", "wrong/worker-drops-failed", "wrong/empty-directory"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import batch
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 
 ENTRIES = {e.id: e for e in corpus.entries()}
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from retrylab.fixtures import corpus
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq import corpus
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 PEAK_RSS_BOUND = 300 << 20      # bytes; a grading of the reference takes about 50 MB here
 _MEASURE = """

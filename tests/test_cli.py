@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 
 def retrylab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ import pytest
 
 from retrylab import cli
 from retrylab.brokers.redis import backends
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

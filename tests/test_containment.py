@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import sandbox, tempdirs
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.containment import NAMESPACES_VARIABLE, Containment
 from retrylab.procfs import find_processes
 from retrylab.sandbox import Limits, Sandbox

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrylab.fixtures import corpus
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq import corpus
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 
 BACKENDS = ["fake", "redis-server"]

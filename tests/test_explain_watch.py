@@ -19,7 +19,7 @@ from retrylab import exercise as exercises
 from retrylab import bidi, i18n, plots
 from retrylab.cli import main
 from retrylab.commands.watch import CLEAR, Watcher
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 EXERCISE = exercises.get("backoff-dlq")
 FORMULAS = {"exponential": "wait = base * 2**attempt", "capped": "wait = min(cap, base * 2**attempt)",

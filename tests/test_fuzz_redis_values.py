@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 from retrylab.brokers.redis import keyspace
 from retrylab.brokers.redis.backends import make_backend
-from retrylab.checks.backoff_dlq import messages as dlq_messages
+from retrylab.checks.backoff_dlq import stored_values as dlq_messages
 from retrylab.checks.backoff_dlq import observe
-from retrylab.fixtures import messages
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.checks.backoff_dlq import lab
+from retrylab.fixtures.backoff_dlq import message_factory
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.brokers.redis.proxy import Command
 from retrylab.runner import ScriptRun
@@ -75,9 +76,9 @@ def _check_readers(content: dict) -> None:
     for key, found in content.items():
         assert isinstance(found, keyspace.KeyContent) and all(isinstance(v, bytes) for v in found.values)
         assert len(found.values) <= 2 * keyspace.MAX_ELEMENTS
-    seeded = messages.worker_batch()[0]
-    for raw in observe.dlq_entries(content.get(messages.DLQ.encode())) + observe.dlq_entries(
-            content.get(messages.QUEUE.encode())):
+    seeded = message_factory.worker_batch()[0]
+    for raw in observe.dlq_entries(content.get(lab.DLQ.encode())) + observe.dlq_entries(
+            content.get(lab.QUEUE.encode())):
         value, problem = dlq_messages.decode_json(raw)
         assert len(problem) <= dlq_messages.MAX_PROBLEM
         dlq_messages.shorten(raw.decode("utf-8", "replace"))
@@ -111,7 +112,7 @@ def loud_readers(monkeypatch):
 @given(queue=key_content, dlq=key_content, other=key_content)
 def test_readers_survive_any_content_of_the_queues(backend, loud_readers, queue, dlq, other):
     with backend.private() as endpoint, endpoint.client() as client:
-        for key, (kind, items) in ((messages.QUEUE, queue), (messages.DLQ, dlq), ("\xff junk \u202e", other)):
+        for key, (kind, items) in ((lab.QUEUE, queue), (lab.DLQ, dlq), ("\xff junk \u202e", other)):
             if kind != "absent":
                 _store(client, key, kind, items)
         shape = keyspace.shape(client)
@@ -124,9 +125,9 @@ def test_readers_survive_any_content_of_the_queues(backend, loud_readers, queue,
 def test_huge_values_are_read_bounded(backend, loud_readers, kind):
     huge = [b"\x00not json\xff" * ((20 << 20) // 11), b"{\"payload\": NaN}"]
     with backend.private() as endpoint, endpoint.client() as client:
-        _store(client, messages.DLQ, kind, huge)
+        _store(client, lab.DLQ, kind, huge)
         content = keyspace.dump(client)
-    assert content[messages.DLQ.encode()].type == kind
+    assert content[lab.DLQ.encode()].type == kind
     _check_readers(content)
 
 
@@ -137,10 +138,10 @@ def test_a_key_changing_type_under_the_reader(backend):
 
         def flip():
             while not stop.is_set():
-                other.delete(messages.QUEUE)
-                other.rpush(messages.QUEUE, b"a", b"b")
-                other.delete(messages.QUEUE)
-                other.zadd(messages.QUEUE, {b"a": 1})
+                other.delete(lab.QUEUE)
+                other.rpush(lab.QUEUE, b"a", b"b")
+                other.delete(lab.QUEUE)
+                other.zadd(lab.QUEUE, {b"a": 1})
 
         flipper = threading.Thread(target=flip, daemon=True)
         flipper.start()
@@ -148,7 +149,7 @@ def test_a_key_changing_type_under_the_reader(backend):
             for _ in range(150):
                 keyspace.shape(client)
                 content = keyspace.dump(client)
-                assert set(content) <= {messages.QUEUE.encode()}
+                assert set(content) <= {lab.QUEUE.encode()}
         finally:
             stop.set()
             flipper.join()
@@ -165,7 +166,7 @@ def test_what_a_script_sent_is_read_without_fail(commands, bad_id):
     run = ScriptRun(result=None, calls=(), commands=recorded)
     dlq_messages._RAISE_INTERNAL_ERRORS = True
     try:
-        for _, _, value in observe.written_values(run, exclude_key=messages.DLQ):
+        for _, _, value in observe.written_values(run, exclude_key=lab.DLQ):
             dlq_messages.message_id(value)
         counts = observe.requeue_counts(run, bad_id)
     finally:
@@ -240,7 +241,7 @@ def _junk_submission(folder: Path, worker: list, replay: list) -> Path:
 
 
 small_values = values.filter(lambda v: len(v) < (64 << 10))
-queue_junk = st.lists(st.tuples(st.sampled_from([messages.QUEUE, messages.DLQ]),
+queue_junk = st.lists(st.tuples(st.sampled_from([lab.QUEUE, lab.DLQ]),
                                 st.tuples(st.sampled_from(KINDS), st.lists(small_values, min_size=1, max_size=4))),
                       min_size=1, max_size=2)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import procfs, sandbox
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.reporters import FORMATS
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 
 NAMES = ["lua-python-bridge", "lua-os-execute", "lua-io-open", "lua-require", "lua-load", "admin-lockout",
          "redis-memory-bomb"]

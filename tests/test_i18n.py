@@ -14,7 +14,7 @@ import pytest
 
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n, verify
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.reporters import FORMATS
 from retrylab.results import Report, StepResult
@@ -118,7 +118,7 @@ def test_keys_built_at_run_time_and_verifys_lab_facts_exist():
     from retrylab.checks.backoff_dlq import advanced
     catalog = i18n.exercise_catalog(exercises.get("backoff-dlq"))
     pattern = re.compile(r"\btr\(\s*\"([A-Za-z0-9_.\-]+)\"")
-    used = pattern.findall((HARNESS / "verify.py").read_text(encoding="utf-8"))
+    used = pattern.findall((exercises.get("backoff-dlq").folder / "verifiers.py").read_text(encoding="utf-8"))
     assert len(used) > 30
     for key in used:
         assert catalog.has(key) and key.startswith("verify."), key
@@ -131,7 +131,7 @@ def test_lab_step_checks_build_their_messages_from_the_catalog():
     literal = re.compile(r"""\b(?:fail|_Reject)\(\s*f?["'][^"']*\s[A-Za-z]""")  # words, not a key
     folder = CHECKS / "backoff_dlq"
     modules = [*folder.glob("test_step*.py"), *folder.glob("test_advanced_*.py"), folder / "observe.py",
-               folder / "artifacts.py", folder / "messages.py", folder / "advanced.py"]
+               folder / "artifacts.py", folder / "stored_values.py", folder / "advanced.py"]
     assert len(modules) == 17
     for module in modules:
         found = literal.findall(module.read_text(encoding="utf-8"))
@@ -276,7 +276,8 @@ def test_truncation_never_leaves_an_isolate_open(limit):
 
 
 def test_the_parsers_problems_keep_their_english_bound_and_get_more_room_in_other_languages():
-    from retrylab.checks.backoff_dlq import artifacts, messages
+    from retrylab.checks.backoff_dlq import artifacts
+    from retrylab.checks.backoff_dlq import stored_values as messages
 
     data = b"attempt=0 wait=1\n" + b"attempt=1 wait=" + b"9" * 150 + b"\n"
     for lang in i18n.LANGUAGES:
@@ -487,8 +488,9 @@ def test_work_run_beside_the_checks_speaks_the_gradings_language():
     """The advanced run (and the alert runs) go on in threads of their own, where what a learner run
     says (a limit it hit, output it cut) is built: in the grading's language, not the default."""
     from retrylab.checks.backoff_dlq import advanced
+    from retrylab.checks.backoff_dlq.runs import BackgroundRun
     with i18n.use("fa"):
-        beside = advanced.Alongside(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
+        beside = BackgroundRun(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
     lang, text = beside.result()
     assert lang == "fa" and SCRIPTS["fa"].search(text)
 
@@ -503,7 +505,7 @@ def _verify(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 def test_verify_says_its_facts_the_unchecked_list_and_the_way_on_in_the_language(
         lang, private_redis_server, tmp_path, capsys):
-    from retrylab.fixtures.messages import DLQ
+    from retrylab.checks.backoff_dlq.lab import DLQ
     folder = tmp_path / "qr"
     shutil.copytree(corpus.REFERENCE, folder, ignore=shutil.ignore_patterns("__pycache__"))
     entry = {"payload": {"id": "m1", "kind": "bad", "data": {}}, "error": "boom", "attempts": 4,
@@ -517,7 +519,7 @@ def test_verify_says_its_facts_the_unchecked_list_and_the_way_on_in_the_language
         client.delete(DLQ)
         client.rpush(DLQ, json.dumps(entry))   # the same state again, for the API's own report
         try:
-            result = verify.verify(folder, 7, redis_url=private_redis_server.url, lang=lang)
+            result = verify.verify(folder, 7, broker_url=private_redis_server.url, lang=lang)
         finally:
             client.delete(DLQ)
     assert (status, err) == (1, "")

@@ -22,7 +22,7 @@ import redis
 
 from retrylab import sandbox
 from retrylab.brokers.redis.backends import RedisServerProcess
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.brokers.redis.proxy import RecordingProxy
 from retrylab.containment import NAMESPACES_VARIABLE, Containment

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from retrylab import bidi, i18n
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade, quote_once
 from retrylab.reporters import text
 from retrylab.results import StepResult

@@ -1,4 +1,4 @@
-"""The reference solution's package (solution/retryqueue), unit by unit, on both backends.
+"""The reference solution's package (solution/backoff-dlq/retryqueue), unit by unit, on both backends.
 
 What the lab steps cannot see is proven here: backoff pieces, error classification, DLQ record
 fields, replay's options, recovery of a dead worker's in-flight messages, and a SIGTERM that
@@ -23,12 +23,12 @@ import redis
 
 from retrylab.checks.backoff_dlq import artifacts
 from retrylab.brokers.redis.fakeredis_fixes import start_fake_server, stop_fake_server
-from retrylab.solution.retryqueue import backoff, dlq, errors, keys, messages, monitor, reliable
-from retrylab.solution.retryqueue import replay as replaying
-from retrylab.solution.retryqueue.delayed import DelayedRetries
-from retrylab.solution.retryqueue.worker import Settings, Worker
+from retrylab.solution.backoff_dlq.retryqueue import backoff, dlq, errors, keys, messages, monitor, reliable
+from retrylab.solution.backoff_dlq.retryqueue import replay as replaying
+from retrylab.solution.backoff_dlq.retryqueue.delayed import DelayedRetries
+from retrylab.solution.backoff_dlq.retryqueue.worker import Settings, Worker
 
-SOLUTION = Path(__file__).resolve().parent.parent / "solution"
+SOLUTION = Path(__file__).resolve().parent.parent / "solution" / "backoff-dlq"
 FAST = Settings(idle_block=0.05, max_nap=0.01, promote_every=0.01)
 
 

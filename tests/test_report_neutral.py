@@ -7,7 +7,7 @@ import re
 import pytest
 
 from retrylab import bidi, i18n
-from retrylab.fixtures import corpus
+from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.reporters import github, text
 from retrylab.reporters.bounds import neutral

@@ -21,7 +21,7 @@ from junitparser import Error, Failure, JUnitXml
 
 from retrylab import exercise as exercises
 from retrylab.checks.backoff_dlq.artifacts import parse_capped, parse_jitter, parse_schedule
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.reporters import FORMATS, bounds, exercism, github, gradescope, junit
 from retrylab.reporters.bounds import neutral
 from retrylab.results import Report, StepResult

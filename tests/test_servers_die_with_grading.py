@@ -13,7 +13,7 @@ import pytest
 
 from helpers import wait_until
 
-SOLUTION = Path(__file__).resolve().parent.parent / "solution"
+SOLUTION = Path(__file__).resolve().parent.parent / "solution" / "backoff-dlq"
 LIMIT = 60.0
 
 

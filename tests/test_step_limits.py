@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab.fixtures.corpus import REFERENCE
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.limits import StepClock, StepTimeLimit
 from retrylab.procfs import find_processes

@@ -45,7 +45,7 @@ def test_a_grading_sweeps_at_its_start(tmp_path):
         assert made.name.startswith(f"retrylab-run-{os.getpid()}-") and oct(made.stat().st_mode)[-3:] == "700"
     finally:
         tempdirs.remove_tree(made)
-    from retrylab.fixtures import corpus
+    from retrylab.fixtures.backoff_dlq import corpus
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "retrylab", "check", str(corpus.REFERENCE), "--step", "3"],
                           capture_output=True, text=True, env=env, timeout=120)

@@ -18,9 +18,9 @@ import redis
 
 from retrylab import cli
 from retrylab.brokers.redis.backends import Endpoint, RedisServerProcess, free_port
-from retrylab.fixtures import corpus
-from retrylab.fixtures.corpus import REFERENCE
-from retrylab.fixtures.messages import DLQ, QUEUE
+from retrylab.fixtures.backoff_dlq import corpus
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
+from retrylab.checks.backoff_dlq.lab import DLQ, QUEUE
 
 READER = ("reader", "pw")
 ORIGINAL = {"id": "9b1c5e0f6a7d4c2b8e3f1a0d5c6b7e8f", "kind": "bad", "data": {"order": 7, "note": "x"}}

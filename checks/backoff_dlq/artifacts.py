@@ -3,7 +3,7 @@
 
 Each parser takes the file's raw bytes (``None`` when the file is missing), never raises, and returns
 a :class:`Parsed`: the waits when the file is right, else one sentence that says what was expected,
-what was seen (the offending line quoted through :func:`messages.shorten`, with its line number)
+what was seen (the offending line quoted through :func:`stored_values.shorten`, with its line number)
 and how to fix it. Values are checked here too, not only the form.
 
 Lenient (a careful grader accepts these, see README.md in this folder):
@@ -36,10 +36,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from retrylab import i18n
-
-from . import messages
-from .messages import MAX_PROBLEM, shorten, tr
+from retrylab.checks.backoff_dlq import lab, stored_values
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.stored_values import NUMBER, bounded, shorten
 
 __all__ = [
     "CAPPED_WAITS",
@@ -55,18 +54,19 @@ __all__ = [
     "waits_by_line",
 ]
 
-SCHEDULE_WAITS = (1, 2, 4, 8, 16, 32)  # 1 s * 2**n, n = 0..5
-CAPPED_WAITS = (1, 2, 4, 8, 16, 30, 30, 30, 30)  # min(30, 1 s * 2**n), n = 0..8
-CAP = 30
+# The lab's backoff (lab.py), as whole seconds: that is how the files write them and the messages show them
+SCHEDULE_WAITS = tuple(int(lab.exponential(n)) for n in range(6))  # 1 2 4 8 16 32: 1 s * 2**n, n = 0..5
+CAPPED_WAITS = tuple(int(lab.capped(n)) for n in range(9))  # 1 2 4 8 16 30 30 30 30: min(30, 1 s * 2**n)
+CAP = int(lab.BACKOFF_CAP)
 JITTER_COUNT = 20
-JITTER_MAX = 8  # min(cap, 1 s * 2**3)
+JITTER_MAX = int(lab.capped(3))  # 8: min(cap, 1 s * 2**3)
 JITTER_MIN_DISTINCT = 15
+_BASE = f"{lab.BACKOFF_BASE:g} s"  # as the formulas in messages write it: "1 s * 2**3"
 
 _MAX_LINE_CHARS = 200  # far longer than any right line; longer lines are reported by length
 _COUNT_CAP = 10_000  # count non-blank lines up to this many past the parsed ones, then stop
 _QUOTE = 120  # a quoted line is at most this long
 _KEYED_FORM = "`attempt=<n> wait=<seconds>`"
-_ELLIPSIS = "\u2026"
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,6 @@ class _Reject(Exception):
         super().__init__(self.problem)
 
 
-def _bound(problem: str) -> str:
-    return i18n.bounded(problem, MAX_PROBLEM, _ELLIPSIS)
-
-
 def _parser(name: str):
     """Decorator: ``_Reject`` becomes a failed Parsed; any other exception too (unless testing)."""
 
@@ -103,11 +99,11 @@ def _parser(name: str):
                 return fn(*args, **kwargs)
             except _Reject as rejected:
                 # A problem about one line names it ("line <n> of <file>"): that is where it points.
-                return Parsed(False, (), _bound(rejected.problem), rejected.line)
+                return Parsed(False, (), bounded(rejected.problem), rejected.line)
             except Exception as exc:  # noqa: BLE001 - a grader must not show a traceback
-                if messages._RAISE_INTERNAL_ERRORS:
+                if stored_values._RAISE_INTERNAL_ERRORS:
                     raise
-                return Parsed(False, (), _bound(tr("files.internal_error", name=name,
+                return Parsed(False, (), bounded(tr("files.internal_error", name=name,
                                                    error=type(exc).__name__)))
 
         return wrapper
@@ -188,7 +184,6 @@ def _check_length(name: str, lineno: int, line: str, form: str) -> None:
 # --------------------------------------------------------------------------------------------
 # numbers and line forms
 
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NONFINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _WITH_UNIT = re.compile(r"[+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?\s*(?:s|sec|secs|second|seconds|ms)",
                         re.IGNORECASE)
@@ -204,7 +199,7 @@ _COLON_KEY = re.compile(r"\b(?:attempt|wait)\s*:", re.IGNORECASE)
 
 def _number(token: str) -> tuple[float | None, str]:
     """(value, "") for a finite number, else (None, a predicate saying why not: "is not a number")."""
-    if _NUMBER.fullmatch(token):
+    if NUMBER.fullmatch(token):
         value = float(token)
         if math.isfinite(value):
             return value, ""
@@ -268,7 +263,7 @@ def _parse_bare(name: str, lineno: int, line: str) -> tuple[str, float]:
         if _KEYED.fullmatch(line) or "=" in line or ":" in line:
             why = tr("files.why.has_key")
         elif (not _DECIMAL_COMMA.fullmatch(line) and _SEVERAL.fullmatch(line)
-              and all(_NUMBER.fullmatch(t) for t in re.split(r"[\s,;]+", line))):
+              and all(NUMBER.fullmatch(t) for t in re.split(r"[\s,;]+", line))):
             why = tr("files.why.several")
         raise _Reject("files.not_bare", lineno=lineno, name=name, quote=_quote(line), why=why)
     return line, value
@@ -340,7 +335,7 @@ def parse_schedule(data: bytes | None) -> Parsed:
     values = [value for _, _, value in waits]
     if all(_same(v, 2 ** (n + 1)) for n, v in enumerate(values)):
         raise _Reject("files.schedule.doubled", name=name)
-    _check_values(name, waits, SCHEDULE_WAITS, lambda n: f"1 s * 2**{n}")
+    _check_values(name, waits, SCHEDULE_WAITS, lambda n: f"{_BASE} * 2**{n}")
     return Parsed(True, tuple(values), "")
 
 
@@ -348,7 +343,7 @@ def _jitter_wanted() -> str:
     return tr("files.jitter.wanted", count=JITTER_COUNT, max=JITTER_MAX)
 
 
-_JITTER_DRAW = f"random.uniform(0, min(cap, 1 s * 2**3)) = random.uniform(0, {JITTER_MAX})"
+_JITTER_DRAW = f"random.uniform(0, min(cap, {_BASE} * 2**3)) = random.uniform(0, {JITTER_MAX})"
 
 
 @_parser("jitter.txt")
@@ -406,7 +401,7 @@ def parse_capped(data: bytes | None) -> Parsed:
     numbered: list[tuple[int, int]] = []
     waits: list[tuple[int, str, float]] = []
     for lineno, line in head:
-        mixed = _NUMBER.fullmatch(line) if keyed else _KEYED.fullmatch(line)
+        mixed = NUMBER.fullmatch(line) if keyed else _KEYED.fullmatch(line)
         if mixed:
             bare = tr("files.capped.bare_number")
             one, other = (_KEYED_FORM, bare) if keyed else (bare, _KEYED_FORM)
@@ -426,7 +421,7 @@ def parse_capped(data: bytes | None) -> Parsed:
     if all(_same(v, CAP) for v in values):
         raise _Reject("files.capped.thirty_everywhere", name=name, cap=CAP,
                       expected=" ".join(map(str, CAPPED_WAITS)))
-    _check_values(name, waits, CAPPED_WAITS, lambda n: f"min({CAP}, 1 s * 2**{n})", cap=CAP)
+    _check_values(name, waits, CAPPED_WAITS, lambda n: f"min({CAP}, {_BASE} * 2**{n})", cap=CAP)
     return Parsed(True, tuple(values), "")
 
 
@@ -496,9 +491,9 @@ def requeue_out_shows_attempts(data: bytes | None, n: int = 2) -> Parsed:
             if len(seen) == 5:
                 break
     if seen:
-        return Parsed(False, (), _bound(tr("files.requeue.other_counts", name=name, n=n,
+        return Parsed(False, (), bounded(tr("files.requeue.other_counts", name=name, n=n,
                                            seen=", ".join(seen))))
-    return Parsed(False, (), _bound(tr("files.requeue.not_shown", name=name, n=n, wanted=wanted)))
+    return Parsed(False, (), bounded(tr("files.requeue.not_shown", name=name, n=n, wanted=wanted)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,6 +522,6 @@ def waits_by_line(data, limit: int = 40) -> list[tuple[int, float | None]]:
             found.append((lineno, value))
         return found
     except Exception:  # noqa: BLE001 - a plot is a bonus; never let it break a message
-        if messages._RAISE_INTERNAL_ERRORS:
+        if stored_values._RAISE_INTERNAL_ERRORS:
             raise
         return []

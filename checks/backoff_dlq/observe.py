@@ -8,8 +8,10 @@ from typing import Iterable
 from retrylab.appchannel import describe_call_limit, describe_malformed
 from retrylab.calllog import MALFORMED, Call
 
-from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, message_id, shorten, tr
-from retrylab.fixtures import messages
+from retrylab.checks.backoff_dlq.stored_values import attempts_of, decode_json, message_id, shorten
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq import lab
+from retrylab.fixtures.backoff_dlq import message_factory
 from retrylab.plugin import attach_output
 from retrylab.runner import ScriptRun
 from retrylab.verdict import fail, indent
@@ -64,7 +66,7 @@ def call_fields_problem(arg: str, seeded: dict) -> str:
         return tr("observe.not_decoded", arg=shorten(arg))
     if not isinstance(value, dict):
         return tr("observe.not_dict", type=type(value).__name__)
-    original = messages.original(seeded)
+    original = message_factory.original(seeded)
     for key, expected in original.items():
         if value.get(key) != expected:
             return tr("observe.wrong_field", arg=shorten(arg), key=repr(key), expected=shorten(json.dumps(expected)))
@@ -135,7 +137,7 @@ def requeue_counts(run: ScriptRun, message_id_: str) -> list[int | None]:
     with consecutive repeats folded (a message written to a retry set, then to the queue, is one
     requeue)."""
     counts: list[int | None] = []
-    for _, _, value in written_values(run, exclude_key=messages.DLQ):
+    for _, _, value in written_values(run, exclude_key=lab.DLQ):
         if message_id(value) != message_id_:
             continue
         count = attempts_of(value)

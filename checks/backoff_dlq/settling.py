@@ -1,7 +1,7 @@
 """When backoff-dlq's learner runs are stopped, composed from the engine's stop conditions
 (retrylab.settle): judged from what the learner is doing, never from wall-clock quiet.
 
-The worker runs (worker_run in conftest.py, the advanced run in advanced.py) stop when the worker:
+The worker runs (worker_run and advanced_run in runs.py) stop when the worker:
 - waits in a blocking read with all its work done (BLPOP-forever workers, reliable queues);
 - has done all its work and changes nothing while it gets DONE_IDLE_CPU of CPU (a worker that polls
   with sleep(1) when the queue is empty: virtual sleeps cost it about a millisecond each);
@@ -24,8 +24,8 @@ from collections import Counter
 from typing import Callable, Iterable
 
 from retrylab.brokers.redis import keyspace
-from retrylab.checks.backoff_dlq.messages import tr
-from retrylab.fixtures import messages
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq import lab
 from retrylab.settle import Reason, StopCondition, blocked, no_progress, repeated_read, when
 
 RUN_TIMEOUT = 15.0          # outer bound, real seconds, of a worker run that does not finish
@@ -74,8 +74,8 @@ def lab_done(batch: Iterable[dict]) -> Callable[[object], bool]:
         if not all(g in ok for g in goods):
             return False
         content = progress.keyspace()
-        dlq = content.get(messages.DLQ.encode())
-        return (messages.QUEUE.encode() not in content and dlq is not None
+        dlq = content.get(lab.DLQ.encode())
+        return (lab.QUEUE.encode() not in content and dlq is not None
                 and any(bad in v for v in dlq.values))
 
     return done
@@ -88,12 +88,12 @@ def every_message_accounted(batch: Iterable[dict]) -> Callable[[object], bool]:
 
     def done(progress) -> bool:
         content = progress.keyspace()
-        if messages.QUEUE.encode() in content:
+        if lab.QUEUE.encode() in content:
             return False
         calls = progress.calls()
         ok = {c.id for c in calls if c.outcome == "ok"}
         counts = Counter(c.id for c in calls)
-        dlq = content.get(messages.DLQ.encode())
+        dlq = content.get(lab.DLQ.encode())
 
         def accounted(message_id: str) -> bool:
             needle = message_id.encode()

@@ -6,7 +6,7 @@ only one that waits (see advanced.py for how waiting is told from processing and
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
-from retrylab.checks.backoff_dlq.messages import tr
+from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.advanced("backoff-applied")

@@ -2,22 +2,23 @@
 
 A DLQ is quiet: without an alert on its depth it is found weeks later (seed 000's second classic
 mistake). alert.py prints the depth and exits 0 while q:tasks:dlq is empty, non-zero (1) when it
-holds more entries than `--threshold N` (default 0). It is run twice (advanced.py: `advanced_run`):
+holds more entries than `--threshold N` (default 0). It is run twice (runs.py: `advanced_run`):
 against an empty DLQ and against one with three entries.
 """
 import re
 
 import pytest
 
-from retrylab.checks.backoff_dlq import advanced, observe
-from retrylab.checks.backoff_dlq.messages import tr
-from retrylab.fixtures.messages import DLQ
+from retrylab.checks.backoff_dlq import observe
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.lab import DLQ
+from retrylab.checks.backoff_dlq.runs import AlertRun
 from retrylab.verdict import fail, indent
 
 pytestmark = pytest.mark.advanced("dlq-alert")
 
 
-def _problem(alert: advanced.AlertRun) -> str:
+def _problem(alert: AlertRun) -> str:
     result, entries = alert.run.result, alert.entries
     if entries:
         state = tr("advanced_msg.dlq-alert.entries", entries=entries, dlq=DLQ)

@@ -6,8 +6,9 @@ reference to something that does not exist. The run holds one message of each ki
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
-from retrylab.checks.backoff_dlq.messages import decode_json, message_id, shorten, tr
-from retrylab.fixtures.messages import DLQ
+from retrylab.checks.backoff_dlq.stored_values import decode_json, message_id, shorten
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.lab import DLQ, MAX_ATTEMPTS
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.advanced("error-classes")
@@ -30,10 +31,10 @@ def _transient_problem(advanced_run, kind: str) -> str:
     message = advanced_run.of_kind(kind)
     calls = len(advanced_run.calls_for(message))
     in_dlq = bool(advanced_run.dlq_entries_for(message))
-    if calls == advanced.MAX_ATTEMPTS and in_dlq:
+    if calls == MAX_ATTEMPTS and in_dlq:
         return ""
     key = "advanced_msg.error-classes.transient_in_dlq" if in_dlq else "advanced_msg.error-classes.transient_not_in_dlq"
-    return tr(key, kind=kind, what=advanced.describe_kind(kind), calls=calls, max=advanced.MAX_ATTEMPTS, dlq=DLQ)
+    return tr(key, kind=kind, what=advanced.describe_kind(kind), calls=calls, max=MAX_ATTEMPTS, dlq=DLQ)
 
 
 def _permanent_problem(advanced_run, kind: str) -> str:

@@ -6,8 +6,8 @@ first classic mistake). The run starts with one entry already in the DLQ, and th
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
-from retrylab.checks.backoff_dlq.messages import tr
-from retrylab.fixtures.messages import DLQ
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.lab import DLQ
 from retrylab.verdict import fail
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from retrylab.checks.backoff_dlq import advanced, observe
-from retrylab.checks.backoff_dlq.messages import tr
+from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.advanced("non-blocking")

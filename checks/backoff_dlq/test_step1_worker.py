@@ -2,7 +2,8 @@
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
-from retrylab.checks.backoff_dlq.messages import shorten, tr
+from retrylab.checks.backoff_dlq.stored_values import shorten
+from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(1)

@@ -3,7 +3,7 @@ import pytest
 
 from retrylab.checks.backoff_dlq import observe
 from retrylab.checks.backoff_dlq.artifacts import requeue_out_shows_attempts
-from retrylab.checks.backoff_dlq.messages import tr
+from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.plugin import attach_location
 from retrylab.verdict import fail
 

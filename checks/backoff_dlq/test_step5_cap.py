@@ -4,7 +4,7 @@ import pytest
 from retrylab import i18n, plots
 from retrylab.checks.backoff_dlq import observe
 from retrylab.checks.backoff_dlq.artifacts import CAP, CAPPED_WAITS, parse_capped, waits_by_line
-from retrylab.checks.backoff_dlq.messages import tr
+from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.plugin import attach_location
 from retrylab.verdict import fail
 

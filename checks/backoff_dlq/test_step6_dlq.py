@@ -1,10 +1,10 @@
-"""Step 6: after 5 failures the message goes to q:tasks:dlq; q:tasks ends empty."""
+"""Step 6: after 5 (lab.MAX_ATTEMPTS) failures the message goes to q:tasks:dlq; q:tasks ends empty."""
 import pytest
 
 from retrylab.checks.backoff_dlq import observe
 from retrylab.checks.backoff_dlq.settling import RETRIES_FOREVER
-from retrylab.checks.backoff_dlq.messages import tr
-from retrylab.fixtures.messages import DLQ, QUEUE
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.lab import DLQ, MAX_ATTEMPTS, QUEUE
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(6)
@@ -24,7 +24,7 @@ def test_fifth_failure_moves_the_message_to_the_dlq(worker_run, request):
     if not holding:
         key = "step6.never_in_dlq_forever" if calls > RETRIES_FOREVER else "step6.never_in_dlq"
         fail(tr(key, dlq=DLQ, calls=calls, how=observe.how_it_ran(run)))
-    if calls != 5:
+    if calls != MAX_ATTEMPTS:
         fail(tr("step6.wrong_calls", calls=calls))
     if worker_run.queue is not None and worker_run.queue.length:
         fail(tr("step6.queue_not_empty", queue=QUEUE, length=worker_run.queue.length))

@@ -3,12 +3,12 @@ import pytest
 
 from retrylab.appchannel import RUN_CLOCK_LEAD
 from retrylab.checks.backoff_dlq import observe
-from retrylab.checks.backoff_dlq.messages import decode_json, parse_timestamp, same_original, shorten, tr
-from retrylab.fixtures.messages import DLQ
+from retrylab.checks.backoff_dlq.stored_values import decode_json, parse_timestamp, same_original, shorten
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.checks.backoff_dlq.lab import DLQ, DLQ_FIELDS, MAX_ATTEMPTS
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(7)
-REQUIRED = ("payload", "error", "attempts", "first_seen_at")
 # first_seen_at may be an int of epoch seconds (rounded down) or taken just before process runs
 EARLY, LATE = 2.0, 1.5
 # The run's clock is days ahead of real time: a first_seen_at this far before the queueing was read from
@@ -32,8 +32,8 @@ def test_dlq_entry_records_payload_error_attempts_first_seen(worker_run, request
     if problem:
         fail(tr("step7.not_json", problem=problem, raw=shorten(raw.decode("utf-8", "replace"))))
     if not isinstance(entry, dict):
-        fail(tr("step7.not_object", required=", ".join(REQUIRED), raw=shorten(raw.decode("utf-8", "replace"))))
-    missing = [key for key in REQUIRED if key not in entry]
+        fail(tr("step7.not_object", required=", ".join(DLQ_FIELDS), raw=shorten(raw.decode("utf-8", "replace"))))
+    missing = [key for key in DLQ_FIELDS if key not in entry]
     if missing:
         keys = ", ".join(sorted(map(str, entry))) or tr("step7.no_keys")
         fail(tr("step7.lacks", missing=", ".join(missing), keys=keys))
@@ -41,7 +41,7 @@ def test_dlq_entry_records_payload_error_attempts_first_seen(worker_run, request
     attempts = entry["attempts"]
     if type(attempts) is not int:
         fail(tr("step7.attempts_type", value=shorten(repr(attempts)), type=type(attempts).__name__))
-    if attempts != 5:
+    if attempts != MAX_ATTEMPTS:
         fail(tr("step7.attempts_value", attempts=attempts))
 
     difference = same_original(entry, bad)

@@ -9,11 +9,12 @@ import json
 
 import pytest
 
-from retrylab.checks.backoff_dlq import observe
+from retrylab.checks.backoff_dlq import lab, observe
 from retrylab.checks.backoff_dlq.settling import ONE_SHOT, worker_settled
-from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten, tr
-from retrylab.fixtures import messages
-from retrylab.fixtures.taskproc_app import TaskprocApp
+from retrylab.checks.backoff_dlq.stored_values import decode_json, same_original, shorten
+from retrylab.checks.backoff_dlq.catalog import tr
+from retrylab.fixtures.backoff_dlq import message_factory
+from retrylab.fixtures.backoff_dlq.taskproc_app import TaskprocApp
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(8)
@@ -27,7 +28,7 @@ def _dlq_entry(worker_run) -> tuple[bytes, str]:
         value, problem = decode_json(raw)
         if not problem and not same_original(value, bad):
             return raw, ""
-    entry = messages.lab_dlq_entry(bad, error=f"task {bad['id']}: kind=bad is rejected by taskproc")
+    entry = message_factory.lab_dlq_entry(bad, error=f"task {bad['id']}: kind=bad is rejected by taskproc")
     return entry.encode(), tr("step8.seeded_entry", entry=shorten(entry, 200))
 
 
@@ -57,15 +58,15 @@ def _check_with_the_learners_worker(worker_run, learner, redis_backend, replayed
     """Run the learner's worker on the replayed message alone: process must receive the original."""
     bad = worker_run.bad
     with redis_backend.private() as endpoint, endpoint.client() as client:
-        client.rpush(messages.QUEUE, replayed)
+        client.rpush(lab.QUEUE, replayed)
         run = learner.run("worker.py", endpoint, timeout=WORKER_TIMEOUT, stop_when=worker_settled(_called_process),
                           app=TaskprocApp(seeded=[bad]))
     if any(not observe.call_fields_problem(call.arg, bad) for call in run.calls):
         return
     if not run.calls:
-        fail(prefix + tr("step8.worker_no_call", queue=messages.QUEUE, how=observe.how_it_ran(run)))
+        fail(prefix + tr("step8.worker_no_call", queue=lab.QUEUE, how=observe.how_it_ran(run)))
     first = run.calls[0]
-    fail(prefix + tr("step8.worker_wrong_message", queue=messages.QUEUE,
+    fail(prefix + tr("step8.worker_wrong_message", queue=lab.QUEUE,
                      problem=observe.call_fields_problem(first.arg, bad)))
 
 
@@ -76,11 +77,11 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
         note = "\n".join(filter(None, (note, tr("step8.form_only", why=unusable))))
     prefix = f"{note}\n" if note else ""
     with redis_backend.private() as endpoint, endpoint.client() as client:
-        client.rpush(messages.DLQ, raw)
+        client.rpush(lab.DLQ, raw)
         run = learner.run("replay.py", endpoint, timeout=step.timeout, stop_when=ONE_SHOT)
-        queue = client.lrange(messages.QUEUE, 0, 10) if client.type(messages.QUEUE) == b"list" else None
-        queue_type = client.type(messages.QUEUE).decode()
-        dlq_left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else client.exists(messages.DLQ)
+        queue = client.lrange(lab.QUEUE, 0, 10) if client.type(lab.QUEUE) == b"list" else None
+        queue_type = client.type(lab.QUEUE).decode()
+        dlq_left = client.llen(lab.DLQ) if client.type(lab.DLQ) == b"list" else client.exists(lab.DLQ)
     observe.attach(request.node, run)
     if note:
         request.node.user_properties.append(("retrylab_output", note))
@@ -91,21 +92,18 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     if result.returncode != 0:
         fail(f"{prefix}{observe.how_it_ran(run)}")
     if dlq_left:
-        fail(prefix + tr("step8.dlq_left", dlq=messages.DLQ, count=dlq_left))
+        fail(prefix + tr("step8.dlq_left", dlq=lab.DLQ, count=dlq_left))
     if queue_type not in ("list", "none"):
-        fail(prefix + tr("step8.queue_type", queue=messages.QUEUE, type=queue_type))
+        fail(prefix + tr("step8.queue_type", queue=lab.QUEUE, type=queue_type))
     if not queue or len(queue) != 1:
-        fail(prefix + tr("step8.queue_length", queue=messages.QUEUE, count=len(queue or [])))
+        fail(prefix + tr("step8.queue_length", queue=lab.QUEUE, count=len(queue or [])))
     value, problem = decode_json(queue[0])
     if problem:
         fail(prefix + tr("step8.not_json", problem=problem, raw=shorten(queue[0].decode("utf-8", "replace"))))
     difference = same_original(value, worker_run.bad)
     if difference:
         fail(prefix + tr("step8.payload", difference=difference))
-    # the count lives at the top level (plain message or envelope); an envelope without one may
-    # still carry the old count inside its payload, which a worker would then read
-    holder = value if "attempts" in value else (original_fields(value) or {})
-    if "attempts" in holder and attempts_of(holder) != 0:
-        fail(prefix + tr("step8.attempts", attempts=shorten(json.dumps(holder["attempts"]))))
+    if lab.count_not_reset(value):
+        fail(prefix + tr("step8.attempts", attempts=shorten(json.dumps(lab.counted_fields(value)["attempts"]))))
     if not unusable:
         _check_with_the_learners_worker(worker_run, learner, redis_backend, queue[0], prefix)

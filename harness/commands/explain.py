@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
-from functools import cache
-from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n
@@ -30,26 +27,9 @@ def register(subparsers) -> None:
     add_lang_argument(parser)
 
 
-@cache
-def _metadata(folder: Path) -> dict:
-    return tomllib.loads((folder / "exercise.toml").read_text(encoding="utf-8"))
-
-
-def step_metadata(exercise: exercises.Exercise, step: exercises.Step) -> dict:
-    """The step's own table in exercise.toml, for keys the engine's Step does not carry."""
-    meta = _metadata(Path(exercise.folder))
-    if step.number is not None:
-        entries, key, value = meta.get("steps", ()), "number", step.number
-    else:
-        entries, key, value = meta.get("advanced", ()), "id", step.slug
-    return next((entry for entry in entries if entry.get(key) == value), {})
-
-
 def step_files(exercise: exercises.Exercise, step: exercises.Step) -> tuple[str, ...]:
-    """The learner files a step reads: its `files`, else its `file`."""
-    meta = step_metadata(exercise, step)
-    files = meta.get("files") or ([meta["file"]] if meta.get("file") else [])
-    return tuple(str(f) for f in files)
+    """The learner files a step reads (exercise.toml: its `files`, else its `file`)."""
+    return step.files
 
 
 def find_step(exercise: exercises.Exercise, wanted: str) -> exercises.Step:
@@ -76,8 +56,8 @@ def explain(exercise: exercises.Exercise, step: exercises.Step, lang: str) -> st
     lines = [heading, ""]
     if catalog.has(f"{prefix}.goal"):
         lines += [i18n.label("explain.goal", lang), INDENT + catalog.text(f"{prefix}.goal", lang), ""]
-    code = _metadata(Path(exercise.folder)).get("formulas", {})
-    names = [name for name in step_metadata(exercise, step).get("formulas", ()) if name in code]
+    code = exercise.formulas
+    names = [name for name in step.formulas if name in code]
     if names:
         lines.append(i18n.label("explain.formulas", lang))
         for name in names:

@@ -15,5 +15,5 @@ One concern per module, in the order a message meets them:
 
 The learner-facing scripts (worker.py, replay.py, alert.py, status.py) are thin entry points.
 Modules import each other relatively, so the package works both from the submission directory
-(`import retryqueue`) and installed inside the harness (`retrylab.solution.retryqueue`).
+(`import retryqueue`) and installed inside the harness (`retrylab.solution.backoff_dlq.retryqueue`).
 """

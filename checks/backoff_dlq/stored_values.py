@@ -19,14 +19,17 @@ import json
 import math
 import re
 from datetime import datetime, timezone
-from pathlib import Path
 
 from retrylab import i18n
+from retrylab.checks.backoff_dlq.catalog import tr
 
 __all__ = [
+    "ELLIPSIS",
     "MAX_JSON_BYTES",
     "MAX_PROBLEM",
+    "NUMBER",
     "attempts_of",
+    "bounded",
     "decode_json",
     "message_id",
     "original_fields",
@@ -46,10 +49,9 @@ _MAX_REPR_PROBE = 100_000
 # learner as a polite "could not interpret" message.
 _RAISE_INTERNAL_ERRORS = False
 
-_ELLIPSIS = "\u2026"
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-# Problems are in the current language (retrylab.i18n), from this exercise's locales/ catalogs.
-tr = i18n.translator(Path(__file__).resolve().parent / "locales")
+ELLIPSIS = "\u2026"
+#: A number as Python's ``float`` reads it in ASCII (``1``, ``1.``, ``.5``, ``8e0``, ``+3``, ``-1``).
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _forms() -> str:
@@ -74,8 +76,9 @@ def _total(fallback):
     return deco
 
 
-def _bound(problem: str) -> str:
-    return i18n.bounded(problem, MAX_PROBLEM, _ELLIPSIS)
+def bounded(problem: str) -> str:
+    """A problem cut to MAX_PROBLEM characters (more room in longer-worded languages: retrylab.i18n)."""
+    return i18n.bounded(problem, MAX_PROBLEM, ELLIPSIS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,7 +109,7 @@ def _as_text(obj) -> str:
 
 
 def _shorten_fallback(exc: BaseException) -> str:
-    return _ELLIPSIS
+    return ELLIPSIS
 
 
 @_total(_shorten_fallback)
@@ -137,7 +140,7 @@ def shorten(text: str, limit: int = 120) -> str:
         head_tokens = [_escape_char(c) for c in text[:limit]]
         tail_tokens = [_escape_char(c) for c in text[-limit:]]
     if limit == 1:
-        return _ELLIPSIS
+        return ELLIPSIS
     head_budget = limit // 2
     tail_budget = (limit - 1) // 2
     head: list[str] = []
@@ -154,7 +157,7 @@ def shorten(text: str, limit: int = 120) -> str:
             break
         tail.append(tok)
         used += len(tok)
-    return "".join(head) + _ELLIPSIS + "".join(reversed(tail))
+    return "".join(head) + ELLIPSIS + "".join(reversed(tail))
 
 
 def _show(value, limit: int = 70) -> str:
@@ -371,7 +374,7 @@ def same_original(value, seeded: dict) -> str:
     fields = original_fields(value)
     if fields is None:
         if "payload" in value:
-            return _bound(tr("json.payload_not_original", found=_show(value["payload"])))
+            return bounded(tr("json.payload_not_original", found=_show(value["payload"])))
         return tr("json.no_original")
     prefix = "payload" if fields is not value else ""
     where = "payload" if prefix else tr("json.the_message")
@@ -380,10 +383,10 @@ def same_original(value, seeded: dict) -> str:
             continue
         label = f"{prefix}.{key}" if prefix else key
         if key not in fields:
-            return _bound(tr("json.has_no_key", where=where, key=key, expected=_show(seeded[key])))
+            return bounded(tr("json.has_no_key", where=where, key=key, expected=_show(seeded[key])))
         difference = _first_difference(seeded[key], fields[key], label)
         if difference:
-            return _bound(difference)
+            return bounded(difference)
     return ""
 
 
@@ -435,7 +438,7 @@ def parse_timestamp(value) -> tuple[float | None, str]:
         return None, tr("json.ts.empty", forms=_forms())
     if len(text) > 64:
         return None, tr("json.ts.too_long", length=len(text), forms=_forms())
-    if _NUMBER.fullmatch(text):
+    if NUMBER.fullmatch(text):
         return _timestamp_from_number(float(text))
     iso = text[:-1] + "Z" if text.endswith("z") else text
     try:

@@ -1,0 +1,30 @@
+"""An exercise's check modules, conftest and fixture plugins are each loaded once, under one name, and
+a grading puts nothing on sys.path (no top-level `checks` package beside `retrylab.checks`)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from retrylab import exercise as exercises
+from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
+from retrylab.grading import grade
+
+
+def _names_of(path: Path) -> list[str]:
+    return [name for name, module in list(sys.modules.items())
+            if getattr(module, "__file__", None) and Path(module.__file__).resolve() == path.resolve()]
+
+
+def test_a_grading_loads_each_module_of_the_exercise_once_and_leaves_sys_path_alone():
+    before = list(sys.path)
+    grade(REFERENCE, steps=(3,))
+    grade(REFERENCE, steps=(3,))   # a second grading in the same process reuses them
+    folder = exercises.get("backoff-dlq").folder
+    assert sys.path == before
+    assert len(_names_of(folder / "conftest.py")) == 1
+    assert _names_of(folder / "runs.py") == ["retrylab.checks.backoff_dlq.runs"]
+    # the modules other modules import are loaded by their package names only; pytest loads the
+    # check modules themselves by path (importlib mode), under the names it derives from the path
+    shared = sorted(p.name for p in folder.glob("*.py") if not p.name.startswith(("test_", "conftest", "__init__")))
+    for name in shared:
+        assert _names_of(folder / name) in ([f"retrylab.checks.backoff_dlq.{name[:-3]}"], []), name
