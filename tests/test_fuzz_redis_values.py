@@ -25,7 +25,7 @@ from retrylab.checks.backoff_dlq import observe
 from retrylab.fixtures import messages
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.grading import grade
-from retrylab.brokers.redis.proxy import Command
+from retrylab.brokers.redis.commands import Command
 from retrylab.runner import ScriptRun
 
 BACKENDS = ["fake", "redis-server"]

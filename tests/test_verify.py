@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from retrylab import cli
-from retrylab.brokers.redis.backends import Endpoint, RedisServerProcess, free_port
+from retrylab.brokers.redis.endpoint import Endpoint, free_port
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.fixtures import corpus
 from retrylab.fixtures.corpus import REFERENCE
 from retrylab.fixtures.messages import DLQ, QUEUE
