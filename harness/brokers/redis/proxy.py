@@ -3,8 +3,8 @@
 `RecordingProxy` listens on 127.0.0.1 (a free port), and on a unix socket too if asked (`serve_unix`: the only way out
 of a sandbox with its own network namespace), and relays every connection to the upstream server, byte for byte,
 in both directions. On the way it parses what clients send (RESP arrays of bulk strings, and inline commands as typed
-into telnet) and records every command, so a check can see which values a worker pushed, in which order, from which
-connection. It also parses what the server sends back (RESP2 and RESP3) just far enough to count replies, which tells
+into telnet: retrylab.brokers.redis.resp) and records every command (retrylab.brokers.redis.commands), so a check can
+see which values a worker pushed, in which order, from which connection. It also parses what the server sends back (RESP2 and RESP3) just far enough to count replies, which tells
 which commands are still waiting for theirs: `pending()` lists e.g. the BLPOP a worker is blocked in.
 
 Design notes:
@@ -27,7 +27,7 @@ Design notes:
 * Parsing problems never affect the relay: a connection whose client stream cannot be parsed stops being recorded, and
   a connection whose reply stream cannot be followed (or is in RESP2 pub/sub mode, MONITOR, CLIENT REPLY OFF/SKIP, ...)
   stops being pending-tracked. Bytes keep flowing unchanged either way.
-* An `intercept` (see `Intercept`) may replace a client's command by another one before the server sees it. The
+* An `intercept` (retrylab.brokers.redis.intercepts) may replace a client's command by another one before the server sees it. The
   relay rewrites the byte stream at command boundaries, one command for one, so the server answers every command in
   the order it was sent, in a pipeline and inside MULTI alike: a refusal is an `EVAL` that returns an error reply
   (`refusal`), a made-up answer an `EVAL` that returns it (`time_answer` for TIME). Only commands named in
