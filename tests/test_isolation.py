@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from retrylab import sandbox
-from retrylab.brokers.redis.backends import RedisServerProcess
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.fixtures import corpus
 from retrylab.grading import grade
 from retrylab.brokers.redis.proxy import RecordingProxy
