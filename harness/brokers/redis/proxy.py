@@ -51,7 +51,7 @@ from retrylab.brokers.redis.commands import Command
 from retrylab.brokers.redis.intercepts import Intercept, encode, refusal
 from retrylab.brokers.redis.resp import NO_NAME, CommandParser, ReplyParser
 
-__all__ = ["MAX_CONNECTIONS", "RecordingProxy"]
+__all__ = ["MAX_CONNECTIONS", "REDACTED", "RecordingProxy"]
 
 
 _HOLD_MAX = 64 * 1024
