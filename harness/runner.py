@@ -1,8 +1,9 @@
 """Running one learner script against a private broker server, and watching it while it runs.
 
 `LearnerRunner.run` ties the pieces together: the sandbox (a contained subprocess in a copy of the
-submission), the broker's link to its private server (`endpoint.link(...)`, retrylab.brokers.LearnerLink:
-the recording relay in front of it, every command the script sends), and the application channel (every call of the exercise's instrumented module, decided and recorded
+submission), the broker's link to its private server (`endpoint.link(...)`, a
+retrylab.brokers.LearnerLink: the recording relay in front of it, every command the script sends),
+and the application channel (every call of the exercise's instrumented module, decided and recorded
 by the harness, and the run's virtual clock). A stop condition sees a live `Progress` and decides
 when a worker that never exits has done all it is going to do.
 """
@@ -178,7 +179,8 @@ class LearnerRunner:
         again, or the step's limit stopped it, `RunNotStarted` (a harness-side error, not a verdict).
         `endpoint` is the private server a broker's backend gave (`backend.private()`): its
         `link(sandbox, run_clock)` is the run's way to it. `app` decides the application module's calls
-        (by default a fresh one of the runner's `application`, knowing no seeded message); `run_clock` is the run's virtual clock (by default a new one, days ahead of real
+        (by default a fresh one of the runner's `application`, knowing no seeded message); `run_clock`
+        is the run's virtual clock (by default a new one, days ahead of real
         time: take it from the caller when it compares a learner's timestamps with the run's time)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())

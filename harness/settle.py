@@ -7,9 +7,9 @@ to do. What counts:
 
 - it exited (the sandbox sees that; no condition is needed);
 - `blocked()`: it waits in a blocking read (the broker's link says which of its commands are those,
-  e.g. a pop that waits for a list) with nothing to take, no reply is on its way through the relay, it sends nothing else, and its
-  processes use no CPU and have no thread ready to run between two looks; `blocked(forever=True)`: such
-  a read has no timeout, so nothing but another client could ever wake it;
+  e.g. a pop that waits for a list) with nothing to take, no reply is on its way through the relay,
+  it sends nothing else, and its processes use no CPU and have no thread ready to run between two
+  looks; `blocked(forever=True)`: such a read has no timeout, so nothing but another client could ever wake it;
 - `no_progress(cpu=S)`: neither the broker's state nor the call log changed while its processes had S
   seconds of CPU, counted from its first broker command (an interpreter starting on a starved CPU
   is not a learner going round in circles); before that command, only `startup` seconds of CPU

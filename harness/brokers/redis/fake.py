@@ -8,9 +8,9 @@ from retrylab.brokers.redis.endpoint import Endpoint
 
 
 class FakeBackend(Backend):
-    """fakeredis' TCP server: nothing to install. It runs in a child process of the grading, unprivileged, that
-    dies with it (retrylab.brokers.redis.fake_server_process). A new server per private Redis, so no state (and no client still
-    blocked from an earlier run) can leak from one check into another."""
+    """fakeredis' TCP server: nothing to install. It runs in a child process of the grading, unprivileged,
+    that dies with it (retrylab.brokers.redis.fake_server_process). A new server per private Redis, so no
+    state (and no client still blocked from an earlier run) can leak from one check into another."""
 
     name = "fake"
     independent_privates = True

@@ -4,8 +4,9 @@
 of a sandbox with its own network namespace), and relays every connection to the upstream server, byte for byte,
 in both directions. On the way it parses what clients send (RESP arrays of bulk strings, and inline commands as typed
 into telnet: retrylab.brokers.redis.resp) and records every command (retrylab.brokers.redis.commands), so a check can
-see which values a worker pushed, in which order, from which connection. It also parses what the server sends back (RESP2 and RESP3) just far enough to count replies, which tells
-which commands are still waiting for theirs: `pending()` lists e.g. the BLPOP a worker is blocked in.
+see which values a worker pushed, in which order, from which connection. It also parses what the server sends back
+(RESP2 and RESP3) just far enough to count replies, which tells which commands are still waiting for theirs:
+`pending()` lists e.g. the BLPOP a worker is blocked in.
 
 Design notes:
 
