@@ -32,7 +32,7 @@ from pathlib import Path
 
 import redis
 
-from retrylab.brokers.redis.backends import RedisServerProcess
+from retrylab.brokers.redis.server_process import RedisServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "solution" / "backoff-dlq" / "worker.py"

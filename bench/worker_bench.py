@@ -44,7 +44,7 @@ from pathlib import Path
 
 import redis
 
-from retrylab.brokers.redis.backends import RedisServerProcess
+from retrylab.brokers.redis.server_process import RedisServerProcess
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

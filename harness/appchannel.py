@@ -45,7 +45,6 @@ from typing import Any, Protocol
 
 from retrylab import i18n
 from retrylab.calllog import BYTES, CALLS, MALFORMED, Call, CallRecord, RecordLimit
-from retrylab.brokers.redis.proxy import time_answer
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
 MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped
@@ -59,9 +58,9 @@ _MAX_SLEEP = 10 * 365 * 86400.0   # one sleep moves the clock at most this far (
 
 
 # A learner run's clock starts this far ahead of real time (plus up to RUN_CLOCK_JITTER, drawn per run):
-# every real-time source a learner can reach and the relay cannot answer for (redis.call('TIME') in a Lua
-# script, INFO's server_time_usec, XADD * ids) is then days away from the run's clock, so a time taken
-# from one cannot pass for the run's. Still well inside the epoch range a DLQ entry's timestamp may have.
+# every real-time source a learner can reach and the relay cannot answer for (a broker's own clock: the
+# time inside a server-side script, or in ids the broker makes) is then days away from the run's clock, so a
+# time taken from one cannot pass for the run's. Still well inside the epoch range a DLQ entry's timestamp may have.
 RUN_CLOCK_LEAD = 3 * 86400.0
 RUN_CLOCK_JITTER = 86400.0
 
@@ -72,7 +71,8 @@ class RunClock:
     It starts `start` seconds ahead of real time. A learner process's sleep returns at once and moves
     this clock forward; every process starts at the run's offset (retrylab.runner passes it in the
     environment) and sets its own clocks to `offset` (sent back with each reply), so time.time() in the
-    learner is `real time + offset`, and so is `now()` here: what Redis TIME must answer for the run."""
+    learner is `real time + offset`, and so is `now()` here: what the broker's time (answered by its relay)
+    must say for the run."""
 
     def __init__(self, start: float = 0.0):
         self.start = float(start)
@@ -97,22 +97,6 @@ class RunClock:
     def now(self) -> float:
         """The run's virtual epoch time."""
         return time.time() + self._offset
-
-
-class VirtualTime:
-    """An intercept for the Redis relay (proxy.RecordingProxy): TIME is answered in the run's virtual
-    time, so a worker that takes first_seen_at from Redis sees the clock its sleeps move; every other
-    command is `inner`'s to decide (the admin guard)."""
-
-    def __init__(self, clock: RunClock, inner=None):
-        self.clock = clock
-        self.inner = inner
-        self.names = frozenset({b"TIME"} | set(inner.names if inner is not None else ()))
-
-    def __call__(self, args: tuple[bytes, ...]) -> tuple[bytes, ...] | None:
-        if args[0].upper() == b"TIME":
-            return time_answer(self.clock.now())
-        return self.inner(args) if self.inner is not None else None
 
 
 @dataclass(frozen=True)
@@ -162,9 +146,11 @@ class _Connection:
 
 
 class AppChannel:
-    """Serves one learner run: listens on `path` (a unix socket), records calls in `record`."""
+    """Serves one learner run: listens on `path` (a unix socket), records calls in `record`. Without an
+    `application` (a run whose exercise has no application module) it only keeps the run's clock, and
+    any call is malformed."""
 
-    def __init__(self, path: Path, application: Application, clock: RunClock | None = None,
+    def __init__(self, path: Path, application: Application | None, clock: RunClock | None = None,
                  max_calls: int = MAX_CALLS, max_record_bytes: int = MAX_RECORD_BYTES):
         self.path = Path(path)
         self.application = application
@@ -333,7 +319,7 @@ class AppChannel:
             request = _decode(frame)
             if request["op"] == "advance":
                 return {"offset": self.clock.advance(_seconds(request.get("seconds")))}
-            fn, args, pid = _call_of(request, self.application.functions)
+            fn, args, pid = _call_of(request, self.application.functions if self.application else frozenset())
         except ChannelError as exc:
             self.record.malformed(str(exc), frame[:64], self.clock)
             return self._error_reply("ValueError", f"retrylab: malformed request to the harness: {exc}")

@@ -1,7 +1,8 @@
-"""Running one learner script against a private Redis, and watching it while it runs.
+"""Running one learner script against a private broker server, and watching it while it runs.
 
 `LearnerRunner.run` ties the pieces together: the sandbox (a contained subprocess in a copy of the
-submission), the recording proxy in front of the private Redis (every command the script sends),
+submission), the broker's link to its private server (`endpoint.link(...)`, a
+retrylab.brokers.LearnerLink: the recording relay in front of it, every command the script sends),
 and the application channel (every call of the exercise's instrumented module, decided and recorded
 by the harness, and the run's virtual clock). A stop condition sees a live `Progress` and decides
 when a worker that never exits has done all it is going to do.
@@ -15,26 +16,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis
+from typing import Any
 
 from retrylab import i18n
-from retrylab.brokers.redis import keyspace
-from retrylab.appchannel import AppChannel, Application, RunClock, VirtualTime, describe_call_limit
-from retrylab.brokers.redis.backends import Endpoint
+from retrylab.appchannel import AppChannel, Application, RunClock, describe_call_limit
 from retrylab.calllog import Call, RecordLimit
 from retrylab.limits import RUN_MARGIN, StepClock
-from retrylab.brokers.redis.proxy import Command, RecordingProxy
-from retrylab.brokers.redis.relay_guard import AdminGuard
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
-from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never, read_keys
-
-# The application a run gets when its check names none (scripts that seed nothing: replay.py, tests):
-# "module:factory", imported when first needed. A check passes its own with what it seeded.
-DEFAULT_APPLICATION = "retrylab.fixtures.backoff_dlq.taskproc_app:TaskprocApp"
+from retrylab.settle import Reason, Stop, StopCondition, never
 
 
-def default_application() -> Application:
-    module, _, factory = DEFAULT_APPLICATION.partition(":")
+def load_application(application: str) -> Application:
+    """The application of "module:factory" (an exercise's `application`), made fresh."""
+    module, _, factory = application.partition(":")
     return getattr(importlib.import_module(module), factory)()
 
 
@@ -43,7 +37,7 @@ class RunTiming:
     """Where one learner run's real time went, in seconds (for benchmarks; recording it is free)."""
     script: str
     prepare: float              # copying the submission, starting the recording proxy
-    first_command: float | None  # process start to its first Redis command (interpreter, imports, connect)
+    first_command: float | None  # process start to its first broker command (interpreter, imports, connect)
     run: float                  # the process's whole life, start to exit or stop
     settle: float               # of `run`: from the last change it saw to the stop condition's yes
     cleanup: float              # stopping the process group, closing the proxy, removing the copy
@@ -58,7 +52,7 @@ class ScriptRun:
     """What one run of a learner script did."""
     result: ScriptResult | None     # None: the script does not exist in the submission
     calls: tuple[Call, ...]
-    commands: tuple[Command, ...]
+    commands: tuple                 # what the script sent its broker, in order (the broker's record type)
     timing: RunTiming | None = None
     # the run was stopped for making more calls (or bytes of them) than this: describe_call_limit says so
     call_limit: RecordLimit | None = None
@@ -77,67 +71,64 @@ class RunNotStarted(RuntimeError):
 class Progress:
     """A live view of a running script, for stop conditions (retrylab.settle).
 
-    `look()` is called once before each time the conditions are asked; it notes when the keyspace's
-    shape or the call log last changed, and the learner's CPU time then, so that "no progress" is
-    counted in CPU time the learner had, from its first broker command on."""
+    `look()` is called once before each time the conditions are asked; it notes when the broker's
+    state (the link's `shape()`) or the call log last changed, and the learner's CPU time then, so
+    that "no progress" is counted in CPU time the learner had, from its first broker command on."""
 
-    def __init__(self, client: redis.Redis, channel: AppChannel, proxy: RecordingProxy,
-                 sandbox: Sandbox | None = None):
-        self.client = client
+    def __init__(self, link, channel: AppChannel, sandbox: Sandbox | None = None):
+        self.link = link
         self.channel = channel
-        self.proxy = proxy
         self.sandbox = sandbox
         self._signature = None
         self._changed_at = time.monotonic()
         self._cpu = 0.0
         self._cpu_at_change: float | None = None    # None until the first broker command
         self._commands_at_change = 0
-        self._calm: tuple | None = None             # what the relay and /proc showed at the last look
-        self._blocked: list[Command] = []
+        self._calm: tuple | None = None             # what the link and /proc showed at the last look
+        self._blocked: list = []
         self.stopped_at: float | None = None        # when the stop condition said "stop"
 
     def calls(self) -> list[Call]:
         return self.channel.calls()
 
-    def keyspace(self) -> dict[bytes, keyspace.KeyContent]:
-        return keyspace.dump(self.client)
+    def snapshot(self) -> Any:
+        """The broker's whole state, bounded (what the link gives: checks read it)."""
+        return self.link.snapshot()
 
-    def commands(self) -> list[Command]:
-        return self.proxy.commands()
+    def commands(self) -> list:
+        return self.link.commands()
 
     # -- what the runner updates once per look ---------------------------------------------------
     def look(self) -> None:
         self._cpu = self.sandbox.learner_cpu() if self.sandbox else 0.0
         if not self.started():
             return
-        signature = (keyspace.shape(self.client), len(self.channel.record))
+        signature = (self.link.shape(), len(self.channel.record))
         if signature != self._signature or self._cpu_at_change is None:
             self._signature, self._changed_at, self._cpu_at_change = signature, time.monotonic(), self._cpu
-            self._commands_at_change = len(self.proxy.commands())
+            self._commands_at_change = len(self.link.commands())
         self._blocked = self._look_blocked()
 
-    def _look_blocked(self) -> list[Command]:
+    def _look_blocked(self) -> list:
         """The blocking reads the learner waits in, if that is all it does: the same ones as at the
         last look, nothing else crossed the relay, no CPU in between, no thread ready to run."""
-        pending = self.proxy.pending()
-        if not pending or not all(is_blocking_read(c) for c in pending) or not self.proxy.replies_followed():
+        waiting = self.link.waiting()
+        if waiting is None:
             self._calm = None
             return []
-        state = (tuple(c.seq for c in pending), self.proxy.activity)
-        previous, self._calm = self._calm, (state, self._cpu)
-        if previous is None or previous[0] != state or self._cpu - previous[1] > _CPU_NOISE:
+        previous, self._calm = self._calm, (waiting.state, self._cpu)
+        if previous is None or previous[0] != waiting.state or self._cpu - previous[1] > _CPU_NOISE:
             return []
         if self.sandbox is not None and self.sandbox.learner_running():
             return []
-        keys = [k for c in pending for k in (read_keys(c) or ())]
-        if (keys and self.client.exists(*keys)) or self.proxy.replies_in_flight():
+        if self.link.could_wake(waiting.reads):
             return []   # something to take, or taken and its reply on its way: the learner is not stuck
-        return pending
+        return waiting.reads
 
     # -- what stop conditions read ---------------------------------------------------------------
     def started(self) -> bool:
         """Whether the learner has sent its first broker command."""
-        return self.proxy.activity > 0
+        return self.link.started()
 
     def cpu(self) -> float:
         """CPU seconds the learner's processes have had, as of the last look."""
@@ -148,11 +139,12 @@ class Progress:
         is later (0.0 before its first command)."""
         return 0.0 if self._cpu_at_change is None else self._cpu - self._cpu_at_change
 
-    def commands_since_change(self) -> list[Command]:
-        return self.proxy.commands()[self._commands_at_change:]
+    def commands_since_change(self) -> list:
+        return self.link.commands()[self._commands_at_change:]
 
-    def blocked_reads(self) -> list[Command]:
-        """The blocking reads the learner waits in with nothing else going on ([] if it does more)."""
+    def blocked_reads(self) -> list:
+        """The blocking reads the learner waits in with nothing else going on ([] if it does more);
+        each has `read_timeout` (seconds, 0.0: forever) and `same_read(other)` (see retrylab.settle)."""
         return self._blocked
 
     def settle_wait(self) -> float:
@@ -166,12 +158,17 @@ _CPU_NOISE = 0.015   # /proc counts CPU in ticks (10 ms): a tick's rounding is n
 
 
 class LearnerRunner:
-    def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None):
+    """Runs a submission's scripts. `application`: the exercise's application module, "module:factory"
+    (Exercise.application), made fresh for each run whose check passes none; None: runs have none."""
+
+    def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None,
+                 application: str | None = None):
         self.submission = Path(submission)
         self.limits = limits
         self.clock = clock      # the current step's time limit, when run under the plugin
+        self.application = application
 
-    def run(self, script: str, endpoint: Endpoint, *, timeout: float,
+    def run(self, script: str, endpoint, *, timeout: float,
             stop_when: StopCondition | None = None, app: Application | None = None,
             run_clock: RunClock | None = None) -> ScriptRun:
         """Run `script` until it exits, `stop_when` (retrylab.settle) says to stop it, it makes more
@@ -180,13 +177,16 @@ class LearnerRunner:
         then cut short and the clock is told, so the step fails for its time limit). A run that a
         wall-clock limit stopped before it could start (`_starved`) is run once more; if that happens
         again, or the step's limit stopped it, `RunNotStarted` (a harness-side error, not a verdict).
-        `app` decides the application module's calls (by default DEFAULT_APPLICATION's, knowing no
-        seeded message); `run_clock` is the run's virtual clock (by default a new one, days ahead of real
+        `endpoint` is the private server a broker's backend gave (`backend.private()`): its
+        `link(sandbox, run_clock)` is the run's way to it. `app` decides the application module's calls
+        (by default a fresh one of the runner's `application`, knowing no seeded message); `run_clock`
+        is the run's virtual clock (by default a new one, days ahead of real
         time: take it from the caller when it compares a learner's timestamps with the run's time)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
-        app = app or default_application()
+        if app is None and self.application:
+            app = load_application(self.application)
         run_clock = run_clock or RunClock.for_learner_run()
         first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock)
         if not _starved(first):
@@ -197,38 +197,25 @@ class LearnerRunner:
             raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0))
         return again
 
-    def _run_once(self, script: str, endpoint: Endpoint, timeout: float, stop_when: StopCondition,
-                  app: Application, run_clock: RunClock, attempt: int = 1) -> ScriptRun:
+    def _run_once(self, script: str, endpoint, timeout: float, stop_when: StopCondition,
+                  app: Application | None, run_clock: RunClock, attempt: int = 1) -> ScriptRun:
         left = self.clock.remaining() if self.clock else None
         by_step_limit = left is not None and left - RUN_MARGIN < timeout
         if by_step_limit:
             timeout = max(0.0, left - RUN_MARGIN)
         began = time.monotonic()
-        # TIME answers in the run's virtual time (a worker may take first_seen_at from Redis)
-        guard = VirtualTime(run_clock, AdminGuard(endpoint.db, shared=endpoint.shared))
         # The step's alarm waits for the whole run, setup and cleanup included: one raised while the
         # copy of the submission is being removed would leave the rest of it behind. The run itself
         # is bounded by what is left of the step (`timeout` above), so the step still ends in time.
         with self.clock.shielded() if self.clock else contextlib.nullcontext(), \
-                RecordingProxy((endpoint.host, endpoint.port), intercept=guard) as proxy, \
                 Sandbox(self.submission, self.limits) as sandbox, \
-                AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel, \
-                endpoint.client() as client:
-            progress = Progress(client, channel, proxy, sandbox)
-            env = {"RETRYLAB_REDIS_HOST": proxy.address[0], "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
-                   "RETRYLAB_REDIS_DB": str(endpoint.db),
-                   "REDIS_URL": f"redis://{proxy.address[0]}:{proxy.address[1]}/{endpoint.db}",
-                   "RETRYLAB_APP_MODULE": app.module, "RETRYLAB_APP_STUB": str(app.stub),
-                   "RETRYLAB_APP_SOCKET": str(channel.path),
+                endpoint.link(sandbox, run_clock) as link, \
+                AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel:
+            progress = Progress(link, channel, sandbox)
+            env = {**link.env, "RETRYLAB_APP_SOCKET": str(channel.path),
                    "RETRYLAB_CLOCK_OFFSET": repr(run_clock.offset)}   # where the learner's clocks start
-            if sandbox.isolated:  # no network in its namespace: the relay's unix socket is the only way out
-                socket_path = sandbox.socket_path("redis.sock")
-                proxy.serve_unix(socket_path)
-                env.update(RETRYLAB_REDIS_SOCKET=str(socket_path),
-                           REDIS_URL=f"unix://{socket_path}?db={endpoint.db}")
-            # a server the user named (url backend) may need them; the proxy relays bytes as they are
-            env.update({f"RETRYLAB_REDIS_{k.upper()}": v for k, v in
-                        (("username", endpoint.username), ("password", endpoint.password)) if v})
+            if app is not None:
+                env.update(RETRYLAB_APP_MODULE=app.module, RETRYLAB_APP_STUB=str(app.stub))
             stops: list[Stop] = []
             cpu = [0.0]
 
@@ -246,7 +233,7 @@ class LearnerRunner:
                 return True
             prepared, wall_start = time.monotonic(), time.time()
             result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
-            commands = tuple(proxy.commands())
+            commands = tuple(link.commands())
             reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
             result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0],
                                          detail=stops[-1].detail if stops and result.stopped else "")

@@ -6,11 +6,11 @@ may get no CPU for seconds, and a run stopped then would be judged on work it ne
 to do. What counts:
 
 - it exited (the sandbox sees that; no condition is needed);
-- `blocked()`: it waits in a blocking read (BLPOP, BRPOPLPUSH, XREAD ... BLOCK, ...) on the relay
-  on keys that are empty, no reply is on its way through the relay, it sends nothing else, and its
-  processes use no CPU and have no thread ready to run between two looks; `blocked(forever=True)`: such
-  a read has no timeout, so nothing but another client could ever wake it;
-- `no_progress(cpu=S)`: neither the keyspace nor the call log changed while its processes had S
+- `blocked()`: it waits in a blocking read (the broker's link says which of its commands are those,
+  e.g. a pop that waits for a list) with nothing to take, no reply is on its way through the relay,
+  it sends nothing else, and its processes use no CPU and have no thread ready to run between two
+  looks; `blocked(forever=True)`: such a read has no timeout, so nothing but another client could ever wake it;
+- `no_progress(cpu=S)`: neither the broker's state nor the call log changed while its processes had S
   seconds of CPU, counted from its first broker command (an interpreter starting on a starved CPU
   is not a learner going round in circles); before that command, only `startup` seconds of CPU
   with no broker command at all count (a script spinning without any I/O);
@@ -35,10 +35,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from retrylab.brokers.redis.proxy import Command
-
-__all__ = ["BLOCKING_READS", "Reason", "Stop", "StopCondition", "blocked", "is_blocking_read", "never",
-           "no_progress", "read_keys", "read_timeout", "repeated_read", "when"]
+__all__ = ["Reason", "Stop", "StopCondition", "blocked", "never", "no_progress", "repeated_read", "when"]
 
 
 class Reason(str, enum.Enum):
@@ -133,48 +130,6 @@ class never(StopCondition):
         return None
 
 
-# Blocking reads and where their timeout is (seconds; XREAD's BLOCK is in milliseconds).
-BLOCKING_READS = {"BLPOP": -1, "BRPOP": -1, "BZPOPMIN": -1, "BZPOPMAX": -1, "BRPOPLPUSH": 3, "BLMOVE": 5,
-                  "BLMPOP": 1, "BZMPOP": 1, "XREAD": None, "XREADGROUP": None}
-
-
-def read_timeout(command: Command) -> float | None:
-    """Seconds a blocking read waits at most (0.0: forever); None if `command` is not one."""
-    name, args = command.name, command.args
-    if name not in BLOCKING_READS:
-        return None
-    try:
-        where = BLOCKING_READS[name]
-        if where is not None:
-            return float(args[where])
-        upper = [a.upper() for a in args]
-        if b"BLOCK" not in upper:
-            return None  # XREAD without BLOCK answers at once
-        return float(args[upper.index(b"BLOCK") + 1]) / 1000.0
-    except (IndexError, ValueError):
-        return None
-
-
-def read_keys(command: Command) -> list[bytes] | None:
-    """The keys a list or sorted-set blocking read waits on (None: another kind, e.g. XREAD, whose
-    stream exists even when nothing new is in it)."""
-    name, args = command.name, command.args
-    try:
-        if name in ("BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX"):
-            return list(args[1:-1])
-        if name in ("BRPOPLPUSH", "BLMOVE"):
-            return [args[1]]
-        if name in ("BLMPOP", "BZMPOP"):
-            return list(args[3:3 + int(args[2])])
-    except (IndexError, ValueError):
-        pass
-    return None
-
-
-def is_blocking_read(command: Command) -> bool:
-    return read_timeout(command) is not None
-
-
 class blocked(StopCondition):
     """The learner waits in a blocking read with nothing else going on: every command still waiting
     for a reply is a blocking read, no command or reply crossed the relay since the last look, and
@@ -188,7 +143,7 @@ class blocked(StopCondition):
         if not reads:
             return None
         if self.forever:
-            if any(read_timeout(c) == 0.0 for c in reads):
+            if any(c.read_timeout == 0.0 for c in reads):
                 return Stop(Reason.BLOCKED_FOREVER, _shown(reads))
             return None
         return Stop(Reason.BLOCKED_DONE, _shown(reads))
@@ -198,7 +153,7 @@ class blocked(StopCondition):
 
 
 class no_progress(StopCondition):
-    """Nothing changed (keyspace, call log) while the learner's processes had `cpu` seconds of CPU
+    """Nothing changed (the broker's state, the call log) while the learner's processes had `cpu` seconds of CPU
     since its first broker command, or since the last change; or it had `startup` seconds of CPU
     without sending a single broker command."""
 
@@ -229,8 +184,7 @@ class repeated_read(StopCondition):
         if not reads:
             return None
         current = reads[-1]
-        same = [c for c in progress.commands_since_change() if c.args[:-1] == current.args[:-1]
-                and c.name == current.name]
+        same = [c for c in progress.commands_since_change() if current.same_read(c)]
         if len(same) >= self.times:
             return Stop(Reason.WAITING_LOOP, _shown(reads))
         return None
@@ -239,6 +193,6 @@ class repeated_read(StopCondition):
         return f"repeated_read({self.times})"
 
 
-def _shown(reads: list[Command], limit: int = 60) -> str:
+def _shown(reads: list, limit: int = 60) -> str:
     text = " ".join(a.decode("utf-8", "replace") for a in reads[-1].args)
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"

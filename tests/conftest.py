@@ -8,7 +8,8 @@ import pytest
 # The CLI picks its language from the locale; the tests read English messages whatever the machine's is.
 os.environ["LANGUAGE"] = "en"
 
-from retrylab.brokers.redis.backends import Endpoint, RedisServerProcess
+from retrylab.brokers.redis.endpoint import Endpoint
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.brokers.redis.fakeredis_fixes import start_fake_server, stop_fake_server
 
 

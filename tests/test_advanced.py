@@ -22,7 +22,7 @@ from retrylab.fixtures.backoff_dlq.taskproc_app import TaskprocApp
 from retrylab.learner_site import appstub
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
-from retrylab.brokers.redis.proxy import Command
+from retrylab.brokers.redis.commands import Command
 from retrylab.reporters import FORMATS
 
 BACKENDS = ["fake", "redis-server"]

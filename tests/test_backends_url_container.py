@@ -19,9 +19,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from retrylab.brokers.redis import backends, container_image, containers
-from retrylab.brokers.redis.backends import (CLAIM_KEY, BackendUnavailable, ContainerBackend, Endpoint, RedisServerProcess,
-                               UrlBackend, free_port, make_backend)
+from retrylab.brokers import BackendUnavailable
+from retrylab.brokers.redis import container as container_backend
+from retrylab.brokers.redis import container_image, containers
+from retrylab.brokers.redis.backends import make_backend
+from retrylab.brokers.redis.container import ContainerBackend
+from retrylab.brokers.redis.endpoint import Endpoint, free_port
+from retrylab.brokers.redis.server_process import RedisServerProcess
+from retrylab.brokers.redis.url import CLAIM_KEY, UrlBackend
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.runner import LearnerRunner
@@ -392,7 +397,7 @@ def test_container_backend_pool_with_stand_in_containers(monkeypatch):
             started[container_id].stop()
             removed.append(container_id)
 
-    monkeypatch.setattr(backends, "_docker_engine", lambda: type("Engine", (), {"close": lambda self: None})())
+    monkeypatch.setattr(container_backend, "_docker_engine", lambda: type("Engine", (), {"close": lambda self: None})())
     monkeypatch.setattr(containers, "sweep_stale", lambda engine: 0)
     monkeypatch.setattr(containers, "ensure_image_present", lambda engine, image: None)
     monkeypatch.setattr(containers, "start_redis_container", start)

@@ -21,7 +21,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from retrylab.brokers.redis import fakeredis_fixes
-from retrylab.brokers.redis.backends import BackendUnavailable, FakeBackend, RedisServerProcess
+from retrylab.brokers import BackendUnavailable
+from retrylab.brokers.redis.fake import FakeBackend
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.brokers.redis.fakeredis_fixes import PatchedTcpFakeServer, start_fake_server, stop_fake_server
 
 from helpers import wait_until

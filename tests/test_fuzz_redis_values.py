@@ -26,7 +26,7 @@ from retrylab.checks.backoff_dlq import lab
 from retrylab.fixtures.backoff_dlq import message_factory
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.grading import grade
-from retrylab.brokers.redis.proxy import Command
+from retrylab.brokers.redis.commands import Command
 from retrylab.runner import ScriptRun
 
 BACKENDS = ["fake", "redis-server"]

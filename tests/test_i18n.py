@@ -535,7 +535,7 @@ def test_verify_says_its_facts_the_unchecked_list_and_the_way_on_in_the_language
 
 @pytest.mark.parametrize("lang", ["zh", "ru", "fa"])
 def test_verify_cannot_check_in_the_language_from_the_locale(lang, tmp_path, capsys, monkeypatch):
-    from retrylab.brokers.redis.backends import free_port
+    from retrylab.brokers.redis.endpoint import free_port
     monkeypatch.setenv("LANGUAGE", lang)
     status, out, err = _verify(capsys, "--step", "6", "--redis-url", f"redis://127.0.0.1:{free_port()}/0",
                                str(corpus.REFERENCE))

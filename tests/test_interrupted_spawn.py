@@ -100,7 +100,7 @@ def test_an_exchange_cut_short_ends_that_child_and_the_next_request_gets_a_serve
 
 def test_a_child_that_never_answers_gives_a_backend_error_not_a_wait(monkeypatch):
     from retrylab.brokers.redis import fake_server_process
-    from retrylab.brokers.redis.backends import BackendUnavailable
+    from retrylab.brokers import BackendUnavailable
     monkeypatch.setattr(fake_server_process, "READY_TIMEOUT", 0.5)
     servers = FakeServerProcess()
     servers._proc = spawn.spawn_server([sys.executable, "-c", "import time; time.sleep(60)"],

@@ -21,7 +21,8 @@ import pytest
 import redis
 
 from retrylab import sandbox
-from retrylab.brokers.redis.backends import RedisServerProcess
+from retrylab.brokers.redis.link import REDIRECT
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.brokers.redis.proxy import RecordingProxy
@@ -148,7 +149,7 @@ def test_the_broker_is_reached_through_the_unix_socket_whatever_the_script_names
         path = box.socket_path("redis.sock")
         proxy.serve_unix(path)
         assert path.parent.stat().st_uid == os.geteuid() and path.parent.stat().st_mode & 0o777 == 0o755
-        env = {"RETRYLAB_REDIS_HOST": "127.0.0.1", "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
+        env = {"RETRYLAB_BROKER_REDIRECT": str(REDIRECT), "RETRYLAB_REDIS_HOST": "127.0.0.1", "RETRYLAB_REDIS_PORT": str(proxy.address[1]),
                "RETRYLAB_REDIS_SOCKET": str(path), "REDIS_URL": f"unix://{path}?db=0"}
         result = box.run("talk.py", env=env, timeout=30)
         commands = [c.name for c in proxy.commands()]

@@ -7,8 +7,11 @@ import time
 import pytest
 
 from retrylab.appchannel import RUN_CLOCK_LEAD, RunClock
-from retrylab.brokers.redis.backends import FakeBackend, RedisServerBackend
+from retrylab.brokers.redis.fake import FakeBackend
+from retrylab.brokers.redis.server import RedisServerBackend
 from retrylab.runner import LearnerRunner
+
+APPLICATION = "retrylab.fixtures.backoff_dlq.taskproc_app:TaskprocApp"   # backoff-dlq's: `import taskproc` gives its stub
 
 CONNECT_STYLES = {
     "default": "redis.Redis()",
@@ -34,7 +37,7 @@ def _run(tmp_path, backend, code: str, run_clock: RunClock | None = None):
     folder.mkdir(exist_ok=True)
     (folder / "script.py").write_text(code)
     with backend.private() as endpoint, endpoint.client() as client:
-        run = LearnerRunner(folder).run("script.py", endpoint, timeout=30, run_clock=run_clock)
+        run = LearnerRunner(folder, application=APPLICATION).run("script.py", endpoint, timeout=30, run_clock=run_clock)
         keys = {k: client.lrange(k, 0, -1) for k in client.keys("*")}
     return run, keys
 

@@ -23,9 +23,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from fakeredis import TcpFakeServer
 
+from retrylab.brokers.redis import intercepts
 from retrylab.brokers.redis import proxy as proxy_module
-from retrylab.brokers.redis.backends import Endpoint, free_port
-from retrylab.brokers.redis.proxy import REDACTED, Command, RecordingProxy, _CommandParser, _ProtocolConfusion, _ReplyParser, _split_inline
+from retrylab.brokers.redis.commands import Command
+from retrylab.brokers.redis.endpoint import Endpoint, free_port
+from retrylab.brokers.redis.proxy import REDACTED, RecordingProxy
+from retrylab.brokers.redis.resp import _HEADER_MAX, CommandParser, ProtocolConfusion, ReplyParser, split_inline
 
 from helpers import WAIT, recv_until_eof, resp, wait_until
 
@@ -46,7 +49,7 @@ def recv_exactly(sock: socket.socket, expected: bytes) -> None:
 
 def recv_values(sock: socket.socket, count: int) -> bytes:
     """Read until `count` complete top-level RESP values (push messages included) have arrived."""
-    parser, data, seen = _ReplyParser(), b"", 0
+    parser, data, seen = ReplyParser(), b"", 0
     while seen < count:
         chunk = sock.recv(65536)
         assert chunk, f"connection closed after {data!r}"
@@ -333,7 +336,7 @@ def test_large_value_is_forwarded_intact_and_recorded_truncated(backend):
 
 
 def test_command_parser_streams_a_huge_argument():
-    parser = _CommandParser(max_arg=100)
+    parser = CommandParser(max_arg=100)
     value = os.urandom(20 * 2**20)
     stream = resp("SET", "big", value) + resp("PING")
     out = []
@@ -613,14 +616,14 @@ def test_inline_splitting_matches_redis(private_redis_server):
                 recorded = proxy.commands()[-1].args
                 assert recorded[:2] == (b"RPUSH", key.encode())
                 assert list(recorded[2:]) == direct.lrange(key, 0, -1), line
-                assert list(recorded[2:]) == _split_inline(line)
+                assert list(recorded[2:]) == split_inline(line)
 
 
 def test_inline_split_errors():
     for line in (b'"a"b', b'"unterminated', b"'unterminated", b'a"b"c', b"'a'b"):
-        assert _split_inline(line) is None, line
-    assert _split_inline(b"") == []
-    assert _split_inline(b"   ") == []
+        assert split_inline(line) is None, line
+    assert split_inline(b"") == []
+    assert split_inline(b"   ") == []
 
 
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is not installed")
@@ -669,7 +672,7 @@ def test_command_parser_does_not_depend_on_how_the_stream_is_cut(seed):
     max_arg = rng.choice([0, 1, 8, 64])
     stream, expected = _random_command_stream(rng, max_arg)
     for cut in ("whole", "random", "bytewise"):
-        parser, out, pos = _CommandParser(max_arg), [], 0
+        parser, out, pos = CommandParser(max_arg), [], 0
         while pos < len(stream):
             step = {"whole": len(stream), "random": rng.randrange(1, 40), "bytewise": 1}[cut]
             parser.feed(stream[pos:pos + step], out)
@@ -682,21 +685,21 @@ def test_parsers_fail_only_by_declaring_confusion(seed):
     rng = random.Random(seed)
     junk = rng.randbytes(rng.randrange(1, 5000))
     junk = rng.choice([b"", b"*", b"$", b"*2\r\n", b"%1\r\n", b"|1\r\n"]) + junk
-    for parser_factory, feed in ((lambda: _CommandParser(16), lambda p, d: p.feed(d, [])),
-                                 (_ReplyParser, lambda p, d: p.feed(d))):
+    for parser_factory, feed in ((lambda: CommandParser(16), lambda p, d: p.feed(d, [])),
+                                 (ReplyParser, lambda p, d: p.feed(d))):
         parser = parser_factory()
         try:
             for start in range(0, len(junk), 97):
                 feed(parser, junk[start:start + 97])
-        except _ProtocolConfusion:
+        except ProtocolConfusion:
             pass
 
 
 @pytest.mark.parametrize("line", [b"*abc\r\n", b"*2\r\n$-5\r\n", b"*1\r\nXYZ\r\n", b"*01\r\n", b'"a\r\n',
                                   b"*1\r\n$600000000\r\n", b"ab\x00cd\r\n"])
 def test_command_parser_declares_what_redis_rejects(line):
-    with pytest.raises(_ProtocolConfusion):
-        _CommandParser(16).feed(line, [])
+    with pytest.raises(ProtocolConfusion):
+        CommandParser(16).feed(line, [])
 
 
 REPLIES = [  # (bytes, type of the reply, or None for a push message)
@@ -735,20 +738,20 @@ def test_reply_parser_counts_replies_but_not_pushes_or_attributes(seed):
     stream = b"".join(data for data, _ in sample)
     expected = [ord(t) for _, t in sample if t]
     for step in (len(stream), 1 if seed == 0 else rng.randrange(1, 50)):
-        parser, types, values = _ReplyParser(), [], 0
+        parser, types, values = ReplyParser(), [], 0
         for start in range(0, len(stream), step):
             got, count = parser.feed(stream[start:start + step])
             types += got
             values += count
-            assert len(parser._buf) <= proxy_module._HEADER_MAX
+            assert len(parser._buf) <= _HEADER_MAX
         assert types == expected
         assert values == len(sample)
 
 
 @pytest.mark.parametrize("data", [b"?3\r\n", b"*-2\r\n", b"$abc\r\n", b"$" + b"9" * 100, b"$-2\r\n", b"%-1\r\n"])
 def test_reply_parser_declares_what_is_not_resp(data):
-    with pytest.raises(_ProtocolConfusion):
-        _ReplyParser().feed(data)
+    with pytest.raises(ProtocolConfusion):
+        ReplyParser().feed(data)
 
 
 def test_passwords_are_not_recorded(backend, proxy):
@@ -774,11 +777,11 @@ class _Guard:
         self.asked.append(args)
         name = args[0].upper()
         if name == b"CONFIG":
-            return proxy_module.refusal("retrylab: CONFIG is not available to learner code")
+            return intercepts.refusal("retrylab: CONFIG is not available to learner code")
         if name == b"TIME":
-            return proxy_module.time_answer(1_700_000_000.25)
+            return intercepts.time_answer(1_700_000_000.25)
         if name == b"SELECT" and args[1:] != (b"0",):
-            return proxy_module.refusal("retrylab: only database 0")
+            return intercepts.refusal("retrylab: only database 0")
         return None
 
 
@@ -887,7 +890,7 @@ def test_a_broken_intercept_refuses_rather_than_forwards(backend):
 def test_command_parser_reports_where_commands_end():
     stream = resp("SET", "a", "1") + b"PING\r\n" + b"*0\r\n" + resp("GET", "a" * 100)
     for cut in range(1, 12):
-        parser, out, ends = _CommandParser(8), [], []
+        parser, out, ends = CommandParser(8), [], []
         for i in range(0, len(stream), cut):
             parser.feed(stream[i:i + cut], out, ends)
         first = len(resp("SET", "a", "1"))
@@ -900,9 +903,9 @@ def test_chained_intercepts_each_see_their_own_commands(backend):
         names = (b"time",)
 
         def __call__(self, args):
-            return proxy_module.time_answer(42.5)
+            return intercepts.time_answer(42.5)
     guard = _Guard()
-    with RecordingProxy(backend.address, intercept=proxy_module.chain(Clock(), guard)) as proxy, through(proxy) as r:
+    with RecordingProxy(backend.address, intercept=intercepts.chain(Clock(), guard)) as proxy, through(proxy) as r:
         assert r.time() == (42, 500_000)          # the first intercept that names TIME answers it
         with pytest.raises(redis.ResponseError, match="CONFIG is not available"):
             r.config_get("port")

@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
-from retrylab.brokers.redis import backends
-from retrylab.brokers.redis.backends import RedisServerProcess
+from retrylab.brokers.redis import server_process
+from retrylab.brokers.redis.server import RedisServerBackend
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.brokers.redis.proxy import RecordingProxy
 
 
@@ -15,9 +16,9 @@ def test_a_port_taken_after_probing_is_not_mistaken_for_our_server(monkeypatch, 
     """Parallel graders can be handed the same free port: the loser must not adopt the winner's server."""
     with RecordingProxy((private_redis_server.host, private_redis_server.port)) as stranger:
         taken = [stranger.address[1], private_redis_server.port]  # a proxy and a real redis-server answer PING
-        real_free_port = backends.free_port
+        real_free_port = server_process.free_port
         ports = itertools.chain(taken, iter(real_free_port, None))
-        monkeypatch.setattr(backends, "free_port", lambda: next(ports))
+        monkeypatch.setattr(server_process, "free_port", lambda: next(ports))
         process = RedisServerProcess()
         with process as endpoint:
             assert endpoint.port not in taken
@@ -26,7 +27,7 @@ def test_a_port_taken_after_probing_is_not_mistaken_for_our_server(monkeypatch, 
 
 
 def test_private_redis_in_use_at_once_are_separate_servers_and_reused_after():
-    backend = backends.RedisServerBackend()
+    backend = RedisServerBackend()
     backend.start()
     try:
         with backend.private() as first, first.client() as a:
@@ -58,17 +59,17 @@ def _lock_out(client, how: str) -> None:
     elif how == "config changed":
         client.config_set("notify-keyspace-events", "KEA")
     elif how == "port moved":
-        client.config_set("port", str(backends.free_port()))
+        client.config_set("port", str(server_process.free_port()))
     elif how == "clients paused":
         client.client_pause(60_000)
     elif how == "replica of nowhere":
-        client.replicaof("127.0.0.1", str(backends.free_port()))
+        client.replicaof("127.0.0.1", str(server_process.free_port()))
 
 
 @pytest.mark.parametrize("how", ["requirepass", "acl default off", "acl user added", "config changed", "port moved",
                                  "clients paused", "replica of nowhere"])
 def test_a_server_changed_by_an_earlier_check_is_replaced(how):
-    backend = backends.RedisServerBackend()
+    backend = RedisServerBackend()
     backend.start()
     try:
         with backend.private() as first, first.client() as client:
@@ -88,7 +89,7 @@ def test_a_server_changed_by_an_earlier_check_is_replaced(how):
 
 
 def test_an_unchanged_server_is_reused():
-    backend = backends.RedisServerBackend()
+    backend = RedisServerBackend()
     backend.start()
     try:
         with backend.private() as first, first.client() as client:

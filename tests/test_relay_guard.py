@@ -7,7 +7,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from retrylab.brokers.redis.backends import Endpoint
+from retrylab.brokers.redis.endpoint import Endpoint
 from retrylab.brokers.redis.proxy import RecordingProxy
 from retrylab.brokers.redis.relay_guard import AdminGuard
 

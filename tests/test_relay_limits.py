@@ -12,8 +12,9 @@ import threading
 import pytest
 
 from retrylab.brokers.redis import proxy as proxy_module
-from retrylab.brokers.redis.backends import Endpoint
-from retrylab.brokers.redis.proxy import RecordingProxy, _CommandParser, _ProtocolConfusion
+from retrylab.brokers.redis.endpoint import Endpoint
+from retrylab.brokers.redis.proxy import RecordingProxy
+from retrylab.brokers.redis.resp import CommandParser, ProtocolConfusion
 from retrylab.brokers.redis.relay_guard import AdminGuard
 
 from helpers import WAIT, recv_until_eof, resp, wait_until
@@ -45,8 +46,8 @@ SMUGGLER = resp("SET", "k", "x")[:-6] + b"64\r" + b" " * 16 + b"\r\n" + _VALUE +
 
 def test_the_smuggling_payload_is_what_the_relay_used_to_misread():
     assert SMUGGLER.startswith(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$64\r" + b" " * 16 + b"\r\n") and len(_VALUE) == 64
-    with pytest.raises(_ProtocolConfusion):
-        _CommandParser(100).feed(SMUGGLER, [])
+    with pytest.raises(ProtocolConfusion):
+        CommandParser(100).feed(SMUGGLER, [])
 
 
 def test_a_smuggled_command_neither_runs_nor_is_recorded(endpoint):
@@ -77,8 +78,8 @@ def test_a_smuggled_command_neither_runs_nor_is_recorded(endpoint):
 ])
 @pytest.mark.parametrize("step", [1, 3, 1000])
 def test_the_parser_follows_only_framing_every_server_reads_alike(stream, step):
-    parser, out = _CommandParser(16), []
-    with pytest.raises(_ProtocolConfusion):
+    parser, out = CommandParser(16), []
+    with pytest.raises(ProtocolConfusion):
         for start in range(0, len(stream), step):
             parser.feed(stream[start:start + step], out)
     assert out == []
@@ -86,18 +87,18 @@ def test_the_parser_follows_only_framing_every_server_reads_alike(stream, step):
 
 def test_a_bad_length_line_is_declared_before_it_ends():
     """A partial line may be streamed upstream with its command: it must already be wrong for nobody."""
-    parser, out = _CommandParser(16), []
+    parser, out = CommandParser(16), []
     parser.feed(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$6", out)
-    with pytest.raises(_ProtocolConfusion):
+    with pytest.raises(ProtocolConfusion):
         parser.feed(b" ", out)
 
 
 def test_an_intercepting_parser_takes_no_inline_command():
     out = []
-    with pytest.raises(_ProtocolConfusion):
-        _CommandParser(16, inline=False).feed(resp("PING") + b"PING\r\n", out)
+    with pytest.raises(ProtocolConfusion):
+        CommandParser(16, inline=False).feed(resp("PING") + b"PING\r\n", out)
     assert out == [((b"PING",), False)]                     # what came before stays valid
-    _CommandParser(16).feed(b"PING\r\n", out)               # a recording-only relay still follows them
+    CommandParser(16).feed(b"PING\r\n", out)               # a recording-only relay still follows them
     assert out == [((b"PING",), False)] * 2
 
 
@@ -119,7 +120,7 @@ def test_an_intercepted_command_declaring_a_big_argument_is_refused_without_hold
     with guarded(endpoint) as proxy, socket.create_connection(proxy.address, timeout=WAIT) as learner:
         learner.sendall(head + b"x" * 500_000)
         conn = _connection(proxy)
-        wait_until(lambda: conn.commands._fed == len(head) + 500_000, "the relay to read what was sent")
+        wait_until(lambda: conn.commands.fed == len(head) + 500_000, "the relay to read what was sent")
         assert len(conn.held) == 0 and proxy._held == 0     # nothing held: the declared length says it is refused
         learner.sendall(b"x" * 1_500_000 + b"\r\n" + resp("PING"))
         assert recv_line(learner).endswith(b"too long for the relay\r\n")
@@ -150,7 +151,7 @@ def test_all_connections_together_hold_at_most_the_budget(private_redis_server, 
             for number, learner in enumerate(learners, 1):
                 learner.sendall(head[:-100])                 # held back, waiting for the rest
                 read = number * (len(head) - 100)
-                wait_until(lambda: sum(c.commands._fed for c in list(proxy._conns.values())) == read,
+                wait_until(lambda: sum(c.commands.fed for c in list(proxy._conns.values())) == read,
                            "the relay to read what was sent")
             assert proxy._held <= 100_000
             assert sorted(len(c.held) for c in list(proxy._conns.values())) == [0, len(head) - 100, len(head) - 100]

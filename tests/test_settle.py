@@ -12,10 +12,10 @@ import time
 import pytest
 
 from retrylab.brokers.redis.backends import make_backend
-from retrylab.brokers.redis.proxy import Command
+from retrylab.brokers.redis.commands import Command, read_timeout
 from retrylab.runner import LearnerRunner
 from retrylab.procfs import descendants
-from retrylab.settle import Reason, Stop, StopCondition, blocked, no_progress, read_timeout, when
+from retrylab.settle import Reason, Stop, StopCondition, blocked, no_progress, when
 
 
 def _command(*args: str) -> Command:

@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from retrylab import cli
-from retrylab.brokers.redis.backends import Endpoint, RedisServerProcess, free_port
+from retrylab.brokers.redis.endpoint import Endpoint, free_port
+from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.checks.backoff_dlq.lab import DLQ, QUEUE

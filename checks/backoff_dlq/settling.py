@@ -73,7 +73,7 @@ def lab_done(batch: Iterable[dict]) -> Callable[[object], bool]:
         ok = {c.id for c in progress.calls() if c.outcome == "ok"}
         if not all(g in ok for g in goods):
             return False
-        content = progress.keyspace()
+        content = progress.snapshot()
         dlq = content.get(lab.DLQ.encode())
         return (lab.QUEUE.encode() not in content and dlq is not None
                 and any(bad in v for v in dlq.values))
@@ -87,7 +87,7 @@ def every_message_accounted(batch: Iterable[dict]) -> Callable[[object], bool]:
     ids = [m["id"] for m in batch]
 
     def done(progress) -> bool:
-        content = progress.keyspace()
+        content = progress.snapshot()
         if lab.QUEUE.encode() in content:
             return False
         calls = progress.calls()

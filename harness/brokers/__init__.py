@@ -8,9 +8,9 @@ exercise.toml (`broker = "redis"`). A broker package `retrylab.brokers.<kind>` e
   they take (`retrylab.options.Option`, declared once for argparse and pytest);
 - `fixtures`: the pytest plugin module with its fixtures (an exercise loads it through `pytest_plugins`);
 - `learner_imports`: the client libraries learner code imports (the sandbox's probe checks them);
-- `link(endpoint, sandbox, run_clock)`: what a learner run needs of a private server (the recording
-  relay in front of it, the learner's environment, the commands seen, a snapshot of the state), see
-  `LearnerLink`.
+- through its backends' private servers: `backend.private()` yields an endpoint whose
+  `link(sandbox, run_clock)` is what a learner run needs of that server (the recording relay in front
+  of it, the learner's environment, the commands seen, a snapshot of the state), see `LearnerLink`.
 """
 from __future__ import annotations
 
@@ -26,9 +26,14 @@ class BackendUnavailable(RuntimeError):
 
 
 class LearnerLink(Protocol):
-    """A learner run's way to its private server, set up for one run and closed after it."""
+    """A learner run's way to its private server: `endpoint.link(sandbox, run_clock)`, a context manager
+    entered for one run (inside the run's sandbox) and closed after it."""
 
-    env: dict[str, str]                 # what the learner's process is given to reach the server
+    env: dict[str, str]                 # what the learner's process is given to reach the server (among
+                                        # it RETRYLAB_BROKER_REDIRECT: the file of the learner-side redirect)
+
+    def started(self) -> bool:          # whether the learner has sent its first command
+        ...
 
     def commands(self) -> list:         # what the learner sent, in order (the broker's own record type)
         ...
@@ -39,6 +44,16 @@ class LearnerLink(Protocol):
     def snapshot(self) -> dict:         # the server's whole state, bounded (what checks read)
         ...
 
+    # What stop conditions need to tell a learner blocked in a read (retrylab.settle.blocked): the reads
+    # still without a reply, if that is all the learner waits for (None otherwise), as an object with
+    # `reads` (records with `read_timeout`, 0.0 for forever, and `same_read(other)`) and `state` (changes
+    # whenever anything else crosses the relay); and whether those reads could be answered at once.
+    def waiting(self) -> Any:
+        ...
+
+    def could_wake(self, reads: list) -> bool:
+        ...
+
 
 class Backend(Protocol):
     name: str
@@ -47,7 +62,8 @@ class Backend(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def probe(self) -> None: ...        # BackendUnavailable, one line, when it cannot work here
-    def private(self) -> contextlib.AbstractContextManager: ...   # yields an endpoint, fresh and empty
+    def private(self) -> contextlib.AbstractContextManager: ...   # yields an endpoint, fresh and empty,
+                                                                  # with link(sandbox, run_clock) -> LearnerLink
 
 
 @dataclass(frozen=True)

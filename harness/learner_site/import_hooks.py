@@ -1,6 +1,6 @@
 """Run a function right after a module is first imported, without importing it eagerly.
 
-Importing redis or asyncio in every learner process just to patch them would cost most of a
+Importing a broker's client library or asyncio in every learner process just to patch them would cost most of a
 process's start-up; a learner script that never uses them should not pay for it.
 """
 import sys

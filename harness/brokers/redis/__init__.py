@@ -1,1 +1,31 @@
-"""Redis: private servers (fake, redis-server, url, container), the recording relay, keyspace snapshots."""
+"""Redis: private servers (fake, redis-server, url, container), the recording relay in front of them, the
+learner-side redirect of redis-py, and keyspace snapshots. The engine knows it only as `BROKER`.
+
+Kept light: the fake server's child process and the engine import this package; the backends (and
+redis-py) are imported when a backend is made."""
+from __future__ import annotations
+
+from retrylab.brokers import Broker
+from retrylab.options import Option
+
+BACKENDS = ("fake", "redis-server", "url", "container")
+
+
+def make_backend(name: str, *, redis_url: str | None = None):
+    from retrylab.brokers.redis.backends import make_backend
+    return make_backend(name, redis_url=redis_url)
+
+
+REDIS_URL = Option(("--redis-url",), dest="redis_url", settings={"metavar": "URL", "default": None},
+                   help="with --backend url: the server to grade against, redis://host:port[/db]")
+
+BROKER = Broker(
+    kind="redis",
+    backends=BACKENDS,
+    default_backend="fake",
+    private_backends=tuple(name for name in BACKENDS if name != "url"),   # url: a server the user names
+    make_backend=make_backend,
+    fixtures="retrylab.brokers.redis.fixtures",
+    learner_imports=("redis",),
+    options=(REDIS_URL,),
+)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="make it again even if it is up to date")
     args = parser.parse_args(argv)
     from retrylab.brokers.redis import containers
-    from retrylab.brokers.redis.backends import BackendUnavailable
+    from retrylab.brokers import BackendUnavailable
     try:
         engine = containers.docker_engine()
         try:

@@ -28,7 +28,8 @@ import urllib.parse
 
 import redis
 
-from retrylab.brokers.redis.backends import BackendUnavailable, Endpoint
+from retrylab.brokers import BackendUnavailable
+from retrylab.brokers.redis.endpoint import Endpoint
 from retrylab.brokers.redis.container_image import DEFAULT_IMAGE, REPOSITORY
 
 REDIS_PORT = "6379/tcp"

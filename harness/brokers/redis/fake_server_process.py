@@ -69,7 +69,7 @@ class FakeServerProcess:
 
     def _line(self, timeout: float) -> str:
         """The child's next line, within `timeout` seconds."""
-        from retrylab.brokers.redis.backends import BackendUnavailable
+        from retrylab.brokers import BackendUnavailable
         deadline = time.monotonic() + timeout
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._pending:
@@ -90,7 +90,7 @@ class FakeServerProcess:
             self.start()
         with self._lock:
             if self._proc is None:           # stopped meanwhile (the grading is ending)
-                from retrylab.brokers.redis.backends import BackendUnavailable
+                from retrylab.brokers import BackendUnavailable
                 raise BackendUnavailable("the fake Redis server process was stopped")
             try:
                 if not self._ready:

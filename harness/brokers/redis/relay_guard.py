@@ -16,7 +16,8 @@ is for servers whose other data one could afford to lose (README).
 from __future__ import annotations
 
 from retrylab import i18n
-from retrylab.brokers.redis.proxy import _string2ll, refusal
+from retrylab.brokers.redis.intercepts import refusal
+from retrylab.brokers.redis.resp import string2ll
 
 # Refused whatever their arguments: the server's configuration, users, persistence, replication, modules, other
 # clients' traffic, other servers.
@@ -56,17 +57,17 @@ class AdminGuard:
 
     def _own_database_only(self, name: bytes, rest: tuple[bytes, ...]) -> bool:
         if name == b"SELECT":
-            return len(rest) == 1 and _string2ll(rest[0]) == self.db
+            return len(rest) == 1 and string2ll(rest[0]) == self.db
         if name == b"SWAPDB":
-            return len(rest) == 2 and _string2ll(rest[0]) == _string2ll(rest[1]) == self.db
+            return len(rest) == 2 and string2ll(rest[0]) == string2ll(rest[1]) == self.db
         if name == b"MOVE":
-            return len(rest) == 2 and _string2ll(rest[1]) == self.db
+            return len(rest) == 2 and string2ll(rest[1]) == self.db
         if name == b"COPY":   # COPY source destination [DB index] [REPLACE]
             options = [a.upper() for a in rest[2:]]
             if b"DB" not in options:
                 return True
             at = options.index(b"DB") + 1
-            return at < len(options) and _string2ll(rest[2 + at]) == self.db
+            return at < len(options) and string2ll(rest[2 + at]) == self.db
         return True
 
     def _refuse(self, key: str, **params) -> tuple[bytes, ...]:

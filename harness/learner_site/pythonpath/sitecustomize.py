@@ -2,9 +2,9 @@
 first on PYTHONPATH, so no harness module can shadow a learner's module of the same name.
 
 Three things make learner code run unchanged yet hermetically and fast:
-1. every redis-py connection (sync and asyncio, any host/port/URL/unix socket) goes to the check's
-   private server's recording relay, named by RETRYLAB_REDIS_SOCKET (a unix socket: in a sandbox
-   with its own network namespace), else by RETRYLAB_REDIS_HOST / RETRYLAB_REDIS_PORT;
+1. every connection of the broker's client library goes to the check's private server's recording
+   relay, whatever host, port, URL or socket the learner's code names: the broker's redirect (a file
+   named by RETRYLAB_BROKER_REDIRECT, see learner_site.broker_redirect) does it;
 2. `import taskproc` gives the exercise's application stub (RETRYLAB_APP_MODULE from RETRYLAB_APP_STUB),
    so a real /opt/app on a lab machine cannot shadow it; it hands each call to the harness over the
    socket RETRYLAB_APP_SOCKET;
@@ -19,12 +19,10 @@ import sys
 def _install():
     if os.environ.get("RETRYLAB_SITE_ACTIVE") != "1":
         return
-    from retrylab.learner_site import redirect, virtual_clock, taskproc_loader
+    from retrylab.learner_site import broker_redirect, virtual_clock, taskproc_loader
     virtual_clock.install()
     taskproc_loader.install(os.environ.get("RETRYLAB_APP_MODULE", ""), os.environ.get("RETRYLAB_APP_STUB", ""))
-    redirect.install(os.environ.get("RETRYLAB_REDIS_HOST", "127.0.0.1"),
-                     int(os.environ.get("RETRYLAB_REDIS_PORT", "6379")),
-                     os.environ.get("RETRYLAB_REDIS_SOCKET", ""))
+    broker_redirect.install(os.environ.get("RETRYLAB_BROKER_REDIRECT", ""))
 
 
 try:

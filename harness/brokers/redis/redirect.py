@@ -1,4 +1,5 @@
-"""Send every redis-py connection of a learner process to the check's private server.
+"""Send every redis-py connection of a learner process to the check's private server: the redis broker's
+learner-side redirect, which the learner site loads by its path (RETRYLAB_BROKER_REDIRECT, set by RedisLink).
 
 Whatever the learner wrote (`Redis()`, `Redis.from_url(...)`, `StrictRedis(host=..., port=...)`, a
 unix socket, TLS, a password, another db index), the connection pool is rewritten to a plain
@@ -47,7 +48,9 @@ def _patch_pool_module(module, host: str, port: int, db: int = 0, credentials: d
     pool_class.__init__ = init
 
 
-def install(host: str, port: int, socket_path: str = "") -> None:
+def install() -> None:
+    host, port = os.environ.get("RETRYLAB_REDIS_HOST", "127.0.0.1"), int(os.environ.get("RETRYLAB_REDIS_PORT", "6379"))
+    socket_path = os.environ.get("RETRYLAB_REDIS_SOCKET", "")
     # The database index (and, for a server the user named, its credentials) come from the harness:
     # RETRYLAB_REDIS_DB is the database the checks read, 0 unless the url backend chose another.
     db = int(os.environ.get("RETRYLAB_REDIS_DB") or 0)
