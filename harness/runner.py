@@ -33,8 +33,8 @@ from retrylab.settle import Reason, Stop, StopCondition, is_blocking_read, never
 DEFAULT_APPLICATION = "retrylab.fixtures.taskproc_app:TaskprocApp"
 
 
-def default_application() -> Application:
-    module, _, factory = DEFAULT_APPLICATION.partition(":")
+def default_application(application: str | None = None) -> Application:
+    module, _, factory = (application or DEFAULT_APPLICATION).partition(":")
     return getattr(importlib.import_module(module), factory)()
 
 
@@ -166,8 +166,10 @@ _CPU_NOISE = 0.015   # /proc counts CPU in ticks (10 ms): a tick's rounding is n
 
 
 class LearnerRunner:
-    def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None):
+    def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None,
+                 application: str | None = None):
         self.submission = Path(submission)
+        self.application = application   # "module:factory" (plugin branch stand-in: the broker branch's wins)
         self.limits = limits
         self.clock = clock      # the current step's time limit, when run under the plugin
 
@@ -186,7 +188,7 @@ class LearnerRunner:
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
-        app = app or default_application()
+        app = app or default_application(self.application)
         run_clock = run_clock or RunClock.for_learner_run()
         first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock)
         if not _starved(first):

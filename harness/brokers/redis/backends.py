@@ -20,11 +20,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from retrylab import tempdirs
+from retrylab.brokers import BackendUnavailable  # one class for every broker: the CLI catches it
 from retrylab.spawn import server_uid, spawn_server
-
-
-class BackendUnavailable(RuntimeError):
-    """The harness cannot provide a Redis of this kind here (exit status 2, one line)."""
 
 
 def free_port() -> int:
