@@ -7,14 +7,11 @@ It speaks the learner's language: `--lang`, else the locale, as `retrylab check`
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from retrylab import exercise as exercises
-from retrylab import i18n
-from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument
+from retrylab import i18n, options
+from retrylab.commands import UsageError, add_options, chosen_exercise
 from retrylab.verify import DEFAULT_REDIS_URL, CannotCheck, render, verify
 
 
@@ -24,18 +21,17 @@ def register(subparsers) -> None:
         description="Inspect the learner's files and own Redis as they stand, read-only, and say whether"
                     " step N is done. Exit status: 0 done, 1 not yet, 2 cannot check.")
     parser.add_argument("directory", type=Path, help="the learner's directory, e.g. /root/qr")
-    parser.add_argument("--step", type=int, required=True, metavar="N", help="the lab step to verify")
+    options.STEP.add_to(parser, action="store", default=None, required=True, help="the lab step to verify")
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, metavar="URL",
                         help=f"the learner's Redis, only read from (default: {DEFAULT_REDIS_URL})")
-    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    add_lang_argument(parser)
+    add_options(parser, options.EXERCISE, options.LANG)
 
 
 def run(args) -> int:
     lang = i18n.resolve(args.lang)
     if not args.directory.is_dir():
         raise UsageError(i18n.label("verify.not_a_directory", lang, path=str(args.directory)))
-    exercise = exercises.get(args.exercise)
+    exercise = chosen_exercise(args)
     known = sorted(s.number for s in exercise.steps)
     if args.step not in known:
         raise UsageError(i18n.label("explain.unknown", lang, step=args.step, exercise=exercise.id,
