@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from retrylab.brokers.redis import backends, cli
+from retrylab import cli
+from retrylab.brokers.redis import backends
 from retrylab.fixtures.corpus import REFERENCE
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -14,6 +14,7 @@ from retrylab.checks.backoff_dlq.settling import ONE_SHOT, worker_settled
 from retrylab.checks.backoff_dlq.messages import attempts_of, decode_json, original_fields, same_original, shorten, tr
 from retrylab.fixtures import messages
 from retrylab.fixtures.taskproc_app import TaskprocApp
+from retrylab.plugin import attach_output
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(8)
@@ -83,7 +84,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
         dlq_left = client.llen(messages.DLQ) if client.type(messages.DLQ) == b"list" else client.exists(messages.DLQ)
     observe.attach(request.node, run)
     if note:
-        request.node.user_properties.append(("retrylab_output", note))
+        attach_output(request.node, note)
     observe.require_script(run, "replay.py")
     result = run.result
     if result.stopped:
