@@ -36,7 +36,7 @@ from retrylab import exercise as exercises
 from retrylab.brokers.redis.backends import make_backend
 from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
-from retrylab.plugin import STEP_KEY, TIMING_KEY
+from retrylab.grading import GradingPlugin
 
 BACKENDS = ("fake", "redis-server")
 
@@ -135,26 +135,23 @@ def batch_throughput(count: int) -> list[str]:
 
 # -- 3. where the time goes -------------------------------------------------------------------------
 
-class _Timings:
-    def __init__(self):
-        self.step_seconds: dict[int, float] = {}
-        self.runs: dict[int, list[dict]] = {}
+class _Timings(GradingPlugin):
+    """The grading's own record of each check's phases, read as seconds and learner runs per step."""
 
-    def pytest_runtest_logreport(self, report):
-        props = dict((k, v) for k, v in report.user_properties if k in (STEP_KEY,))
-        key = props.get(STEP_KEY)
-        if key is None:
-            return
-        self.step_seconds[key] = self.step_seconds.get(key, 0.0) + report.duration
-        for k, v in report.user_properties:
-            if k == TIMING_KEY:
-                self.runs.setdefault(key, []).extend(v)
+    @property
+    def step_seconds(self) -> dict[int | str, float]:
+        return {key: sum(p.report.duration for p in phases) for key, phases in self.by_check.items()}
+
+    @property
+    def runs(self) -> dict[int | str, list[dict]]:
+        return {key: [t for r in {id(p.record): p.record for p in phases}.values() for t in r.timings]
+                for key, phases in self.by_check.items()}
 
 
 def _grade_in_process(backend: str) -> tuple[float, _Timings]:
     import pytest
     exercise = exercises.get(exercises.DEFAULT_EXERCISE)
-    collector = _Timings()
+    collector = _Timings(exercise)
     args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"), "--rootdir",
             str(exercises.CHECKS_DIR), "-p", "retrylab.plugin", "-p", "no:cacheprovider", "-p", "no:randomly",
             "-q", "--solution", str(REFERENCE), "--backend", backend]

@@ -1,7 +1,7 @@
 """Grading a directory of submissions into a gradebook: in parallel, resumable, shardable.
 
 Each submission is graded in its own process (`python -m retrylab.batch`, below), in its own
-process group, with its own private Redis, so gradings cannot see each other and one that crashes
+process group, with its own private server, so gradings cannot see each other and one that crashes
 or hangs is stopped (SIGTERM, then SIGKILL) without stopping the batch: it gets a row with status
 `error` and the reason.
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from retrylab import __version__, i18n, tempdirs
+from retrylab import __version__, i18n, options, tempdirs
 from retrylab import exercise as exercises
 from retrylab.reporters.bounds import neutral
 
@@ -55,7 +55,7 @@ OVERHEAD = 30.0         # per-submission wall limit beyond its steps' limits: in
 # its imports done): on a busy machine starting an interpreter can take many seconds, which says
 # nothing about the submission. Starting has a bound of its own, this generous.
 START_LIMIT = 300.0
-TERM_GRACE = 5.0        # after SIGTERM, time for a grading to stop its learner processes and Redis
+TERM_GRACE = 5.0        # after SIGTERM, time for a grading to stop its learner processes and servers
 REASON_LIMIT = 300
 FEEDBACK_LIMIT = 1000   # characters of the CSV's feedback column; the JSON gradebook has the whole messages
 STEP_FEEDBACK_LIMIT = 200   # of one step's first line in that column
@@ -107,7 +107,7 @@ def discover(folder: Path) -> list[Submission]:
 
 
 def submission_files_in(folder: Path, exercise: exercises.Exercise) -> list[str]:
-    """The files of a submission (worker.py, schedule.txt, ...) that lie in `folder` itself: a folder
+    """The files of a submission (those its steps read) that lie in `folder` itself: a folder
     holding them is one submission, not a folder of submissions."""
     from retrylab.commands.explain import step_files
     names = {name for step in exercise.steps for name in step_files(exercise, step)}
@@ -166,7 +166,7 @@ def _files(folder: Path):
 # -- the gradebook ----------------------------------------------------------------------------------
 
 def step_column(step: exercises.Step) -> str:
-    return f"step{step.number}_{step.slug}" if step.number is not None else f"advanced_{step.slug}"
+    return f"step{step.number}_{step.slug}" if step.kind == exercises.LAB else f"advanced_{step.slug}"
 
 
 def columns(exercise: exercises.Exercise) -> list[str]:
@@ -178,13 +178,13 @@ def row_from_report(submission: Submission, report: dict, seconds: float, config
     """A gradebook row from a Report (as a dict): pass/fail/error per step; the score is the sum of the
     weights of the lab steps that pass over the total weight (None when the grading is not complete)."""
     exercise = config.exercise
-    results = {(r["number"] if r["number"] is not None else r["name"].removeprefix("advanced:")): r
+    results = {(r["number"] if r["kind"] == exercises.LAB else r["name"].removeprefix("advanced:")): r
                for r in report.get("results", ())}
     row = _blank_row(submission, seconds, config)
     row["harness_version"] = report.get("harness_version", __version__)
     feedback = {}
     for step in exercise.steps + exercise.advanced:
-        result = results.get(step.number if step.number is not None else step.slug)
+        result = results.get(step.number if step.kind == exercises.LAB else step.slug)
         row[step_column(step)] = result["status"] if result else ""
         if result and result["status"] != "pass" and result.get("message"):
             feedback[step_column(step)] = _bounded(result["message"], MESSAGE_LIMIT)
@@ -349,7 +349,7 @@ class _Running:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the grading (it stops its learner processes and its Redis), SIGKILL its group after."""
+    """SIGTERM the grading (it stops its learner processes and its servers), SIGKILL its group after."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGTERM)
     try:
@@ -505,7 +505,7 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
 # -- the child: `python -m retrylab.batch SUBMISSION RESULT.json` -----------------------------------
 
 def interrupt(signum, frame):
-    # Unwind like Ctrl-C: pytest stops, fixtures and sandboxes clean up (learner processes, Redis).
+    # Unwind like Ctrl-C: pytest stops, fixtures and sandboxes clean up (learner processes, servers).
     raise KeyboardInterrupt
 
 
@@ -514,10 +514,8 @@ def child_main(argv: list[str] | None = None) -> int:
                                      description="grade one submission for `retrylab grade-batch`")
     parser.add_argument("submission", type=Path)
     parser.add_argument("result", type=Path, help="where to write the report as JSON")
-    parser.add_argument("--backend", default="fake")
-    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE)
-    parser.add_argument("--step-timeout", type=float)
-    parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None)
+    for option in (options.EXERCISE, options.backend_option(), options.STEP_TIMEOUT, options.LANG):
+        option.add_to(parser)
     parser.add_argument("--ready-fd", type=int, help="write a byte here once up: the wall limit starts then")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, interrupt)
@@ -525,7 +523,7 @@ def child_main(argv: list[str] | None = None) -> int:
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)
-    report = grade(args.submission, backend=args.backend, exercise_id=args.exercise,
+    report = grade(args.submission, backend=args.backend, exercise_id=options.exercise_named(args.exercise).id,
                    step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
     _write_atomically(args.result, json.dumps(dataclasses.asdict(report), ensure_ascii=False))
     return 0

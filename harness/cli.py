@@ -9,7 +9,7 @@ import threading
 
 from retrylab import __version__, i18n
 from retrylab import exercise as exercises
-from retrylab.brokers.redis.backends import BackendUnavailable
+from retrylab.brokers import BackendUnavailable
 from retrylab.commands import COMMANDS, UsageError
 
 INTERRUPTED = 130   # as a shell reports a command ended by SIGINT

@@ -13,129 +13,163 @@ import pytest
 
 from retrylab import __version__, i18n
 from retrylab import exercise as exercises
-from retrylab.plugin import LOCATION_KEY, OUTPUT_KEY, STEP_KEY, VERDICT
+from retrylab import options, plugin
 from retrylab.results import Report, StepResult
 
 HARNESS_ERROR_LIMIT = 300
 
 
-class _Collector:
-    """Gathers each check's outcome, message and output as pytest reports them."""
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One phase (setup, call, teardown) of a check item: pytest's report and the item's record."""
+    report: pytest.TestReport
+    record: plugin.CheckRecord
 
-    def __init__(self):
-        self.by_check: dict[int | str, list] = {}
+    @property
+    def verdict(self) -> bool:
+        """A failure that is a verdict on the learner (CheckFailed, a time limit), not a harness crash."""
+        return self.report.failed and self.report.when in self.record.verdicts
+
+
+class GradingPlugin:
+    """A pytest plugin object that grades: registered for one session, it gathers each check's phases,
+    the modules that could not be loaded and why the session stopped, and hands back the Report."""
+
+    def __init__(self, exercise: exercises.Exercise):
+        self.exercise = exercise
+        self.config = None
+        self.by_check: dict[int | str, list[Phase]] = {}
         self.harness_errors: list[str] = []
         self.interrupted = False      # Ctrl-C or SIGTERM: the steps not reached are not graded
-        self.stopped_by = ""          # why the harness stopped the session (pytest.exit), the whole reason
+
+    def pytest_configure(self, config):
+        self.config = config
 
     def pytest_keyboard_interrupt(self, excinfo):
-        # pytest calls this for Ctrl-C and for pytest.exit() (a backend that could not start, say)
-        if isinstance(excinfo.value, pytest.exit.Exception):
-            self.stopped_by = str(excinfo.value.msg).removeprefix("retrylab:").strip()
-        else:
+        # pytest calls this for Ctrl-C and for pytest.exit(); the harness's own exits are recorded (STOPPED)
+        if not isinstance(excinfo.value, pytest.exit.Exception):
             self.interrupted = True
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.harness_errors.append(i18n.label("grading.module_not_loaded", error=_first_line(report.longreprtext)))
+            self.harness_errors.append(i18n.label("grading.module_not_loaded", error=_last_line(report.longreprtext)))
 
-    def pytest_runtest_logreport(self, report):
-        key = _check_of(report)
-        if key is None:
-            return
-        self.by_check.setdefault(key, []).append(report)  # every phase: setup time is the step's too
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)   # outermost: the report as the retrylab plugin left it
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        record = plugin.record_of(item)
+        if record.key is not None:   # every phase: setup time is the step's too
+            self.by_check.setdefault(record.key, []).append(Phase(outcome.get_result(), record))
+
+    @property
+    def stopped_by(self) -> str:
+        """Why the harness stopped the session (a backend that could not start, say), the whole reason."""
+        return self.config.stash.get(plugin.STOPPED, "") if self.config is not None else ""
+
+    def harness_error(self, exit_code: int) -> str:
+        if self.interrupted:
+            return i18n.label("grading.interrupted")   # not pytest's summary ("1 warning in 0.9s")
+        if self.stopped_by:
+            return self.stopped_by
+        if self.harness_errors:
+            return "; ".join(self.harness_errors)
+        if exit_code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+            return f"pytest ended the grading with exit status {int(exit_code)} (a harness defect)"
+        return ""
+
+    def report(self, exit_code: int, *, submission: Path, backend: str, steps: tuple[int, ...], lang: str,
+               started: float) -> Report:
+        exercise = self.exercise
+        stopped = self.interrupted or bool(self.stopped_by)
+        wanted = [s for s in exercise.steps if not steps or s.number in steps]
+        advanced = () if steps else exercise.advanced
+        results = tuple(_step_result(s, self.by_check.get(s.number, []), exercise, stopped) for s in wanted) + tuple(
+            _step_result(a, self.by_check.get(a.slug, []), exercise, stopped) for a in advanced)
+        return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
+                      submission=str(submission), backend=backend, harness_version=__version__,
+                      results=quote_once(results), seconds=time.monotonic() - started,
+                      harness_error=self.harness_error(exit_code), lang=lang, notes=_isolation_notes(),
+                      interrupted=self.interrupted)
 
 
-def _check_of(report) -> int | str | None:
-    return next((value for key, value in report.user_properties if key == STEP_KEY), None)
-
-
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
+    """The last line of an error's text (the exception itself, after the traceback), cut."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return (lines[-1] if lines else "unknown error")[:HARNESS_ERROR_LIMIT]
 
 
-def _properties(reports: list, key: str) -> list:
-    """The values a check attached under `key`. Each phase's report (setup, call, teardown) copies
-    the item's properties so far: only the last report of each check item is read."""
-    last = {}
-    for report in reports:
-        last[report.nodeid] = report.user_properties
-    return [value for properties in last.values() for k, value in properties if k == key]
+def _records(phases: list[Phase]) -> list[plugin.CheckRecord]:
+    """The records of a step's check items, once each, in order."""
+    return list({id(p.record): p.record for p in phases}.values())
 
 
-def _step_result(step: exercises.Step, reports: list, exercise: exercises.Exercise | None = None,
+def _step_result(step: exercises.Step, phases: list[Phase], exercise: exercises.Exercise,
                  stopped: bool = False) -> StepResult:
     """The step's result, its title and labels in the current language (i18n.use). `stopped`: the
     grading ended early (interrupted, or the harness could not go on), so a step without a check run
     was not reached, which is no harness defect."""
-    name = step.slug if step.number is not None else f"advanced:{step.slug}"
-    located = _properties(reports, LOCATION_KEY)
+    name = step.slug if step.kind == exercises.LAB else f"advanced:{step.slug}"
+    records = _records(phases)
+    located = [r.location for r in records if r.location is not None]
     location = located[-1] if located else ((step.file, None) if step.file else None)
-    title = i18n.step_text(exercise, step, "title") if exercise else step.title
-    hint = i18n.step_text(exercise, step, "hint") if exercise else step.hint
-    base = dict(name=name, title=title, number=step.number, weight=step.weight, location=location)
-    if not reports:
+    title = i18n.step_text(exercise, step, "title")
+    hint = i18n.step_text(exercise, step, "hint")
+    base = dict(name=name, title=title, number=step.number, weight=step.weight, location=location, kind=step.kind)
+    if not phases:
         return StepResult(status="error", message=i18n.label("grading.not_reached" if stopped else "grading.no_check_ran"),
                           **base)
+    reports = [p.report for p in phases]
     seconds = sum(r.duration for r in reports)
-    output = "\n".join(_properties(reports, OUTPUT_KEY))
-    failed = [r for r in reports if r.failed]
+    output = "\n".join(text for r in records for text in r.output)
+    failed = [p for p in phases if p.report.failed]
     if not any(r.when == "call" for r in reports) and not failed:
         return StepResult(status="error", message=i18n.label("grading.not_reached" if stopped else "grading.did_not_run"),
                           **base)
     if not failed:
         return StepResult(status="pass", output=output, seconds=seconds, **base)
-    verdicts = [r for r in failed if VERDICT in r.user_properties]
-    if len(verdicts) < len(failed):
-        crash = next(r for r in failed if r not in verdicts)
+    crash = next((p.report for p in failed if not p.verdict), None)
+    if crash is not None:
         return StepResult(status="error", output=output, seconds=seconds,
-                          message=i18n.label("grading.harness_failed", error=_first_line(crash.longreprtext)),
+                          message=i18n.label("grading.harness_failed", error=_last_line(crash.longreprtext)),
                           **base)
-    message = "\n".join(str(r.longrepr) for r in verdicts)
+    message = "\n".join(str(p.report.longrepr) for p in failed)
     return StepResult(status="fail", output=output, seconds=seconds,
                       message=f"{message}\n{i18n.label('report.hint', hint=hint)}", **base)
 
 
-def grade(submission: Path, *, backend: str = "fake", steps: tuple[int, ...] = (),
-          exercise_id: str = exercises.DEFAULT_EXERCISE, redis_url: str | None = None,
-          step_timeout: float | None = None, lang: str = i18n.DEFAULT) -> Report:
-    """Grade `submission`; `step_timeout` replaces every step's own time limit (exercise.toml).
-    Messages, titles and hints are in `lang` (en, zh, ru, fa): the checks build them so."""
+def grade(submission: Path, *, backend: str | None = None, steps: tuple[int, ...] = (),
+          exercise_id: str = exercises.DEFAULT_EXERCISE, step_timeout: float | None = None,
+          lang: str = i18n.DEFAULT, **broker_options) -> Report:
+    """Grade `submission`; `backend`: one the exercise's broker offers (None: its default);
+    `step_timeout` replaces every step's own time limit (exercise.toml); `broker_options`: the
+    broker's own options by dest (Broker.options). Messages, titles and hints are in `lang` (en, zh,
+    ru, fa): the checks build them so."""
     started = time.monotonic()
-    with i18n.use(lang):
-        return _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lang, started)
-
-
-def _grade(submission, backend, steps, exercise_id, redis_url, step_timeout, lang, started) -> Report:
     exercise = exercises.get(exercise_id)
-    wanted = [s for s in exercise.steps if not steps or s.number in steps]
-    advanced = () if steps else exercise.advanced
-    collector = _Collector()
+    backend = options.chosen_backend(backend, exercise)
+    with i18n.use(lang):
+        return _grade(submission, exercise, backend, steps, step_timeout, lang, broker_options, started)
+
+
+def _option_args(given: dict) -> list[str]:
+    """The pytest arguments of the broker options given (by dest)."""
+    known = {option.dest: option for option in options.broker_options()}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"grade() got unknown broker options: {', '.join(unknown)}")
+    return [f"{known[dest].flags[0]}={value}" for dest, value in given.items() if value is not None]
+
+
+def _grade(submission, exercise, backend, steps, step_timeout, lang, broker_options, started) -> Report:
+    grading = GradingPlugin(exercise)
     args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"),
             "--rootdir", str(exercises.CHECKS_DIR), "-p", "retrylab.plugin", "-p", "no:cacheprovider",
-            "-p", "no:randomly", "-q", "--solution", str(submission), "--backend", backend,
-            *(f"--step={s.number}" for s in wanted if steps), *((f"--redis-url={redis_url}",) if redis_url else ()),
+            "-p", "no:randomly", "-q", "--solution", str(submission), "--exercise", exercise.id, "--backend", backend,
+            *(f"--step={s.number}" for s in exercise.steps if s.number in steps), *_option_args(broker_options),
             *((f"--step-timeout={step_timeout}",) if step_timeout is not None else ()), f"--lang={lang}"]
-    captured = io.StringIO()
-    with _no_plugin_autoload(), contextlib.redirect_stdout(captured):
-        exit_code = pytest.main(args, plugins=[collector])
-    harness_error = "; ".join(collector.harness_errors)
-    if collector.interrupted:
-        harness_error = i18n.label("grading.interrupted")   # not pytest's summary ("1 warning in 0.9s")
-    elif collector.stopped_by:
-        harness_error = collector.stopped_by                 # the whole reason, not a terminal-wide cut
-    elif exit_code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR, 2) and not harness_error:
-        harness_error = _first_line(captured.getvalue()) if exit_code != 2 else _exit_reason(captured.getvalue())
-    stopped = collector.interrupted or bool(collector.stopped_by)
-    results = tuple(_step_result(s, collector.by_check.get(s.number, []), exercise, stopped) for s in wanted) + tuple(
-        _step_result(a, collector.by_check.get(a.slug, []), exercise, stopped) for a in advanced)
-    results = quote_once(results)
-    return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
-                  submission=str(submission),
-                  backend=backend, harness_version=__version__, results=results,
-                  seconds=time.monotonic() - started, harness_error=harness_error, lang=lang,
-                  notes=_isolation_notes(), interrupted=collector.interrupted)
+    with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):   # the Report says it all
+        exit_code = pytest.main(args, plugins=[grading])
+    return grading.report(exit_code, submission=submission, backend=backend, steps=steps, lang=lang, started=started)
 
 
 def _isolation_notes() -> tuple[str, ...]:
@@ -156,11 +190,11 @@ def quote_once(results: tuple[StepResult, ...]) -> tuple[StepResult, ...]:
     """The results with each long quoted block shown once: a later step that quotes the same text
     (several steps read one run of the worker, and each says how it ended) refers to the first. A
     crashing worker's traceback would otherwise fill the report six times. Paths into a run's temporary
-    copy of the submission are written relative to the submission (`File "worker.py", line 21`)."""
+    copy of the submission are written relative to the submission (`File "main.py", line 21`)."""
     first_seen: dict[str, str] = {}
     out = []
     for result in results:
-        where = (i18n.label("report.step", number=result.number) if result.number is not None else result.name)
+        where = i18n.label("report.step", number=result.number) if not result.advanced else result.name
 
         def refer(match: re.Match) -> str:
             block = match.group().rstrip("\n")
@@ -175,13 +209,6 @@ def quote_once(results: tuple[StepResult, ...]) -> tuple[StepResult, ...]:
         message = _QUOTED_BLOCK.sub(refer, _RUN_COPY.sub("", result.message)) if result.message else result.message
         out.append(result if message == result.message else dataclasses.replace(result, message=message))
     return tuple(out)
-
-
-def _exit_reason(output: str) -> str:
-    for line in output.splitlines():
-        if "retrylab:" in line:
-            return line[line.index("retrylab:") + len("retrylab:"):].strip()[:HARNESS_ERROR_LIMIT]
-    return _first_line(output)
 
 
 @contextlib.contextmanager

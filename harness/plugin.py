@@ -9,45 +9,58 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab import i18n, tempdirs
-from retrylab.brokers.redis.backends import BackendUnavailable, make_backend, BACKENDS
+from retrylab import i18n, options, tempdirs
 from retrylab.limits import StepClock, StepTimeLimit, step_label
 from retrylab.runner import LearnerRunner
 from retrylab.verdict import CheckFailed
 
-OUTPUT_KEY = "retrylab_output"
-LOCATION_KEY = "retrylab_location"
-STEP_KEY = "retrylab_step"
-TIMING_KEY = "retrylab_timing"   # RunTiming dicts of the learner runs in a phase (for benchmarks)
 CLOCK = pytest.StashKey[StepClock]()
 LANGUAGE = pytest.StashKey[object]()   # the token of the language made current for the session
+EXERCISE = pytest.StashKey[exercises.Exercise]()   # the exercise whose checks the session runs
+STOPPED = pytest.StashKey[str]()       # why the harness stopped the session (cannot_grade), in one line
 # In setup the runner holds learner runs to the step's deadline; the alarm there is only a backstop
 # against a harness hang, later, so that it does not interrupt a session fixture other steps share.
 SETUP_ALARM_GRACE = 2.0
-VERDICT = ("retrylab_verdict", "fail")  # marks a failure that is a verdict on the learner, not a crash
+
+
+@dataclasses.dataclass
+class CheckRecord:
+    """What a check item said about itself as it ran, beside pytest's reports of its phases; the
+    grading (retrylab.grading) reads it. One per check item, kept in the item's stash."""
+    key: int | str | None                   # check_key: the lab step number or advanced check id
+    output: list[str] = dataclasses.field(default_factory=list)   # what the learner's scripts printed
+    location: tuple[str, int | None] | None = None   # where in the learner's files a failure points
+    verdicts: set[str] = dataclasses.field(default_factory=set)   # phases whose failure is a verdict, no crash
+    timings: list[dict] = dataclasses.field(default_factory=list)  # RunTiming dicts (for benchmarks)
+
+
+RECORD = pytest.StashKey[CheckRecord]()
+
+
+def record_of(item) -> CheckRecord:
+    if RECORD not in item.stash:
+        item.stash[RECORD] = CheckRecord(check_key(item))
+    return item.stash[RECORD]
+
+
+def cannot_grade(config, reason: str) -> NoReturn:
+    """Stop the session because the harness cannot grade here (a backend that cannot start, isolation
+    required but missing): exit status 2. The reason is kept for the grading (STOPPED) and said."""
+    config.stash[STOPPED] = reason
+    pytest.exit(f"retrylab: {reason}", returncode=2)
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("retrylab", "grading a learner's submission")
     group.addoption("--solution", metavar="DIR", help="the submission directory to grade")
-    group.addoption("--backend", default="fake", choices=sorted(BACKENDS),
-                    help="the kind of private Redis the checks use (default: fake)")
-    group.addoption("--redis-url", metavar="URL", default=None,
-                    help="with --backend url: the server to grade against, redis://host:port[/db]")
-    group.addoption("--step", dest="retrylab_steps", action="append", type=int, default=[],
-                    metavar="N", help="grade only lab step N (repeatable)")
-    group.addoption("--step-timeout", dest="retrylab_step_timeout", type=float, default=None, metavar="SECONDS",
-                    help="time limit of every step (default: each step's own, from exercise.toml)")
-    group.addoption("--isolation", dest="retrylab_isolation", default="auto", choices=("auto", "required"),
-                    help="required: exit 2 unless learner code runs in namespaces of its own "
-                         "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
-    group.addoption("--lang", dest="retrylab_lang", default=None, choices=i18n.LANGUAGES,
-                    help="language of the checks' messages: en, zh, ru, fa (default: from LANGUAGE, "
-                         "LC_ALL, LC_MESSAGES, LANG; else en)")
+    for option in (options.EXERCISE, options.backend_option(), *options.broker_options(), options.STEP,
+                   options.STEP_TIMEOUT, options.ISOLATION, options.LANG):
+        option.add_to_pytest(group)
 
 
 def pytest_sessionstart(session):
@@ -56,7 +69,7 @@ def pytest_sessionstart(session):
         from retrylab.sandbox import isolation_problem
         problem = isolation_problem("required")
         if problem:
-            pytest.exit(f"retrylab: {problem}", returncode=2)
+            cannot_grade(session.config, problem)
 
 
 def pytest_configure(config):
@@ -66,6 +79,12 @@ def pytest_configure(config):
     if override is not None and not override > 0:
         raise pytest.UsageError("--step-timeout must be a positive number of seconds")
     config.stash[CLOCK] = StepClock(override)
+    chosen = config.getoption("retrylab_exercise")
+    if chosen:
+        try:
+            config.stash[EXERCISE] = options.exercise_named(chosen)
+        except exercises.UnknownExercise as exc:
+            raise pytest.UsageError(str(exc)) from None
     if config.getoption("--solution") and config.option.tbstyle == "auto":
         # pytest's default ("long") traceback of a failed check shows each frame's arguments through
         # repr(): a session fixture holding what a learner stored (a 20 MB value, say) would be turned
@@ -103,14 +122,35 @@ def pytest_collection_modifyitems(config, items):
     # Lab steps first, by number, then advanced checks: the first check to use a shared session
     # fixture (the worker run) pays for it within its own time limit, so that is step 1's.
     items.sort(key=_check_order)
+    _choose_exercise(config, items)
     wanted = set(config.getoption("retrylab_steps") or ())
-    if not wanted:
-        return
-    keep = [item for item in items if check_key(item) in wanted]  # advanced checks run only in full grading
+    keep = [item for item in items if _exercise_of(item) in (None, config.stash.get(EXERCISE, None))
+            and (not wanted or check_key(item) in wanted)]   # advanced checks run only in full grading
     deselected = [item for item in items if item not in keep]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = keep
+
+
+def _exercise_of(item) -> exercises.Exercise | None:
+    return exercises.for_path(Path(item.fspath))
+
+
+def _choose_exercise(config, items) -> None:
+    """The session grades one exercise: --exercise, else the one whose checks were collected; the
+    backend is then known to be one its broker offers (--backend, else the broker's default)."""
+    if EXERCISE not in config.stash:
+        found = list(dict.fromkeys(e.id for e in map(_exercise_of, items) if e is not None))
+        if not found:
+            return   # no check collected (another project's tests): the plugin stays inert
+        if len(found) > 1:
+            raise pytest.UsageError(f"checks of {', '.join(found)} collected: grade one exercise at a time"
+                                    " (--exercise ID)")
+        config.stash[EXERCISE] = exercises.get(found[0])
+    try:
+        config.option.backend = options.chosen_backend(config.option.backend, config.stash[EXERCISE])
+    except options.OptionError as exc:
+        cannot_grade(config, str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -125,20 +165,12 @@ def submission(pytestconfig) -> Path:
 
 
 @pytest.fixture(scope="session")
-def redis_backend(pytestconfig):
-    try:
-        backend = make_backend(pytestconfig.getoption("--backend"), redis_url=pytestconfig.getoption("--redis-url"))
-        backend.start()
-    except BackendUnavailable as exc:
-        pytest.exit(f"retrylab: {exc}", returncode=2)
-    yield backend
-    backend.stop()
-
-
-@pytest.fixture(scope="session")
 def learner(submission, pytestconfig) -> LearnerRunner:
-    """Runs the learner's scripts (see LearnerRunner.run), within the current step's time limit."""
-    return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK])
+    """Runs the learner's scripts (see LearnerRunner.run), within the current step's time limit, with
+    the session's exercise's application module."""
+    exercise = pytestconfig.stash.get(EXERCISE, None)
+    return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK],
+                         application=exercise.application if exercise else None)
 
 
 @pytest.fixture
@@ -155,13 +187,13 @@ def step(request) -> exercises.Step:
 def attach_output(node, text: str) -> None:
     """Record what the learner's script printed, for reporters that show it."""
     if text:
-        node.user_properties.append((OUTPUT_KEY, text))
+        record_of(node).output.append(text)
 
 
 def attach_location(node, file: str, line: int | None = None) -> None:
     """Point this check's failure at the learner's file (relative to the submission) and 1-based line,
     for reporters that can (GitHub annotations). Without it, the step's `file` in exercise.toml."""
-    node.user_properties.append((LOCATION_KEY, (file, line)))
+    record_of(node).location = (file, line)
 
 
 def _timed(item) -> tuple[int | str, str, float] | None:
@@ -207,30 +239,27 @@ def pytest_runtest_call(item):
         return (yield)
 
 
-def _verdict(report, message: str) -> None:
+def _verdict(item, report, message: str) -> None:
     report.outcome = "failed"
     report.longrepr = message
-    if VERDICT not in report.user_properties:
-        report.user_properties.append(VERDICT)
+    record_of(item).verdicts.add(report.when)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    report.user_properties.append((STEP_KEY, check_key(item)))
     if call.excinfo is not None and call.excinfo.errisinstance(CheckFailed):
         # A learner-facing verdict, not a harness bug: show the message without a traceback.
-        _verdict(report, call.excinfo.value.message)
+        _verdict(item, report, call.excinfo.value.message)
     timed = _timed(item) if call.when in ("setup", "call") else None
     if timed is None:
         return
     key, label, limit = timed
     clock = item.config.stash[CLOCK]
-    if clock.timings:
-        report.user_properties.append((TIMING_KEY, [dataclasses.asdict(t) for t in clock.timings]))
+    record_of(item).timings.extend(dataclasses.asdict(t) for t in clock.timings)
     if call.excinfo is not None and call.excinfo.errisinstance(StepTimeLimit) and call.excinfo.value.key != key:
         # a session fixture (the shared worker run) was stopped by the step that started it
-        _verdict(report, i18n.label("limits.shared", label=label, message=call.excinfo.value.message))
+        _verdict(item, report, i18n.label("limits.shared", label=label, message=call.excinfo.value.message))
     elif clock.over(key, limit) and not report.skipped:
-        _verdict(report, clock.message())
+        _verdict(item, report, clock.message())

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from retrylab.exercise import ADVANCED, LAB
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -17,10 +19,11 @@ class StepResult:
     # The learner's file this result is about (relative to the submission) and its 1-based line
     # when the check knows it, e.g. ("schedule.txt", 3); None when no file applies.
     location: tuple[str, int | None] | None = None
+    kind: str = LAB           # the step's kind (exercise.LAB or exercise.ADVANCED)
 
     @property
     def advanced(self) -> bool:
-        return self.number is None
+        return self.kind == ADVANCED
 
     @property
     def passed(self) -> bool:

@@ -639,7 +639,8 @@ def _report_in(lang: str) -> Report:
                                  number=3, message="", output="o" * 20_000, location=("schedule.txt", 2)),
                       StepResult(name="dlq", title=i18n.step_text(exercise, exercise.step(6), "title", lang),
                                  status="error", number=6),
-                      StepResult(name="advanced:dlq-alert", title="t", status="fail", number=None, weight=0.0)),
+                      StepResult(name="advanced:dlq-alert", title="t", status="fail", number=None, weight=0.0,
+                                 kind=exercises.ADVANCED)),
                   harness_error="")
 
 

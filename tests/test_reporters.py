@@ -45,7 +45,7 @@ def lab(number: int, status: str = "pass", message: str = "", output: str = "", 
 
 def advanced(slug: str, status: str, message: str = "") -> StepResult:
     return StepResult(name=f"advanced:{slug}", title=f"{slug} (optional)", status=status, message=message,
-                      number=None, weight=0.0, seconds=0.5)
+                      number=None, weight=0.0, seconds=0.5, kind=exercises.ADVANCED)
 
 
 def report(results, harness_error: str = "") -> Report:

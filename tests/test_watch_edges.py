@@ -44,8 +44,8 @@ def test_every_failing_step_has_a_line_and_the_advanced_checks_one(monkeypatch):
     watcher.results = {n: _step(n) for n in range(1, 9)}
     watcher.results[1] = _step(1, "fail", "worker.py exited with status 1\n" + hint)
     watcher.results[3] = _step(3, "fail", "schedule.txt should have 6 lines")
-    watcher.advanced = (StepResult(name="advanced:backoff-applied", title="t", status="fail"),
-                        StepResult(name="advanced:dlq-alert", title="t", status="pass"))
+    watcher.advanced = (StepResult(name="advanced:backoff-applied", title="t", status="fail", kind=exercises.ADVANCED),
+                        StepResult(name="advanced:dlq-alert", title="t", status="pass", kind=exercises.ADVANCED))
     lines = watcher.summary()
     assert "6/8 steps pass" in lines
     assert "FAIL step 1: worker consumes q:tasks" in lines and "FAIL step 3: exponential backoff schedule" in lines

@@ -15,6 +15,7 @@ from retrylab.checks.backoff_dlq.stored_values import decode_json, same_original
 from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.fixtures.backoff_dlq import message_factory
 from retrylab.fixtures.backoff_dlq.taskproc_app import TaskprocApp
+from retrylab.plugin import attach_output
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(8)
@@ -84,7 +85,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
         dlq_left = client.llen(lab.DLQ) if client.type(lab.DLQ) == b"list" else client.exists(lab.DLQ)
     observe.attach(request.node, run)
     if note:
-        request.node.user_properties.append(("retrylab_output", note))
+        attach_output(request.node, note)
     observe.require_script(run, "replay.py")
     result = run.result
     if result.stopped:

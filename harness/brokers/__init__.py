@@ -76,6 +76,10 @@ class Broker:
     fixtures: str                               # pytest plugin module with this broker's fixtures
     learner_imports: tuple[str, ...] = ()       # client libraries learner code imports
     options: tuple = field(default=())          # retrylab.options.Option, broker-specific (e.g. --redis-url)
+    # `retrylab verify`: the option (one of `options`) naming the learner's own server, and where that
+    # server is when the lab platform names none
+    live_option: Any = None
+    live_default: str = ""
 
 
 @cache

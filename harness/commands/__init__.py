@@ -3,6 +3,10 @@
 A subcommand raises `UsageError` (exit status 2, one line on stderr) when it cannot do its job for a
 reason outside the learner's submission: bad arguments, a backend that is not available here.
 """
+from __future__ import annotations
+
+from retrylab import exercise as exercises
+from retrylab import options
 
 
 class UsageError(Exception):
@@ -11,3 +15,34 @@ class UsageError(Exception):
 
 # The order is the order of `retrylab --help`.
 COMMANDS = ["check", "verify", "grade-batch", "explain", "watch"]
+
+
+def add_options(parser, *declared: options.Option) -> None:
+    """Options declared once (retrylab.options), as this command takes them."""
+    for option in declared:
+        option.add_to(parser)
+
+
+def chosen_exercise(args) -> exercises.Exercise:
+    """The exercise `--exercise` names (args.exercise becomes its id); an unknown one: one line, exit 2."""
+    exercise = options.exercise_named(args.exercise)
+    args.exercise = exercise.id
+    return exercise
+
+
+def broker_settings(args, exercise: exercises.Exercise) -> dict:
+    """The values of the exercise's broker's own options, by dest, as the command was given them."""
+    from retrylab import brokers
+    return {option.dest: getattr(args, option.dest, None) for option in brokers.get(exercise.broker).options}
+
+
+def probe_backend(args, exercise: exercises.Exercise, *, private: bool = False) -> None:
+    """args.backend becomes one the exercise's broker offers (its default when none was named; one
+    line and exit 2 for another), then is probed: a backend that cannot work here is said now, in one
+    line, rather than as a failed grading later. `private`: only backends with servers of their own."""
+    from retrylab import brokers
+    try:
+        args.backend = options.chosen_backend(args.backend, exercise, private=private)
+    except options.OptionError as exc:
+        raise UsageError(str(exc)) from None
+    brokers.get(exercise.broker).make_backend(args.backend, **broker_settings(args, exercise)).probe()

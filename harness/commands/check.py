@@ -1,15 +1,12 @@
 """`retrylab check DIR`: grade a submission hermetically and report."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
-from retrylab import exercise as exercises
-from retrylab import i18n
-from retrylab.brokers.redis.backends import BACKENDS, make_backend
-from retrylab.commands import UsageError
+from retrylab import i18n, options
+from retrylab.commands import UsageError, add_options, broker_settings, chosen_exercise, probe_backend
 from retrylab.reporters import FORMATS, github
 from retrylab.reporters.bounds import neutral
 
@@ -17,50 +14,34 @@ from retrylab.reporters.bounds import neutral
 def register(subparsers) -> None:
     check = subparsers.add_parser("check", help="grade a submission directory hermetically")
     check.add_argument("directory", type=Path, help="the learner's submission directory")
-    check.add_argument("--backend", default="fake", choices=sorted(BACKENDS),
-                       help="private Redis to grade against (default: fake, nothing to install)")
-    check.add_argument("--redis-url", metavar="URL",
-                       help="with --backend url: an existing server, redis://host:port[/db]; retrylab"
-                            " works in an empty database (db 1-15 unless named) and leaves others alone")
-    check.add_argument("--step", type=int, action="append", default=[], metavar="N",
-                       help="grade only step N (repeatable)")
-    check.add_argument("--step-timeout", type=float, metavar="SECONDS",
-                       help="time limit of every step (default: each step's own, from exercise.toml)")
-    check.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    check.add_argument("--isolation", default="auto", choices=("auto", "required"),
-                        help="required: exit 2 unless learner code runs in namespaces of its own "
-                             "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
+    add_options(check, options.EXERCISE, options.backend_option(), *options.broker_options(), options.STEP,
+                options.STEP_TIMEOUT, options.ISOLATION)
     check.add_argument("--format", default="text", choices=sorted(FORMATS))
     check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
     check.add_argument("--exit-zero", action="store_true",
                        help="exit 0 whatever the grading found (failed steps, a harness error while grading);"
                             " bad arguments still exit 2 and an interruption 130")
     check.add_argument("--strict", action="store_true", help="advanced checks count toward the exit status too")
-    add_lang_argument(check)
+    add_options(check, options.LANG)
 
 
-def add_lang_argument(parser) -> None:
-    """`--lang` as every subcommand that speaks to a learner has it."""
-    parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None,
-                        help="language of messages: en, zh, ru, fa (default: from LANGUAGE, LC_ALL, "
-                             "LC_MESSAGES, LANG; else en)")
-
-
-def validate(args) -> None:
+def validate(args):
+    """The exercise to grade, once the arguments are known to be usable (else UsageError)."""
     if not args.directory.is_dir():
         raise UsageError(f"{args.directory} is not a directory")
     if args.output is not None:
         check_output_path(args.output, "--output")
     if args.step_timeout is not None and not args.step_timeout > 0:
         raise UsageError(f"--step-timeout {args.step_timeout:g}: give a positive number of seconds")
-    exercise = exercises.get(args.exercise)
+    exercise = chosen_exercise(args)
     known = {s.number for s in exercise.steps}
     unknown = sorted(set(args.step) - known)
     if unknown:
         raise UsageError(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
-    # Fail fast, with one line, when the backend cannot work here (e.g. redis-server missing).
-    make_backend(args.backend, redis_url=args.redis_url).probe()
+    # Fail fast, with one line, when the backend cannot work here (e.g. its server program missing).
+    probe_backend(args, exercise)
     require_isolation(args.isolation)
+    return exercise
 
 
 def require_isolation(isolation: str) -> None:
@@ -96,9 +77,9 @@ def _nothing_graded(report) -> bool:
 
 def run(args) -> int:
     from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
-    validate(args)
-    report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=args.exercise,
-                   redis_url=args.redis_url, step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
+    exercise = validate(args)
+    report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=exercise.id,
+                   step_timeout=args.step_timeout, lang=i18n.resolve(args.lang), **broker_settings(args, exercise))
     if os.environ.get("GITHUB_ACTIONS") == "true":
         # Annotations on stderr (the runner reads workflow commands there too): stdout keeps only the
         # report. Written first, so that they are in before any text the report quotes.

@@ -6,13 +6,11 @@ Everything comes from the exercise: exercise.toml (titles, hints, `formulas` per
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 from retrylab import exercise as exercises
-from retrylab import bidi, i18n
-from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument
+from retrylab import bidi, i18n, options
+from retrylab.commands import UsageError, add_options, chosen_exercise
 
 INDENT = "  "
 
@@ -23,8 +21,7 @@ def register(subparsers) -> None:
         description="Explain step N of the exercise: what it asks, the formulas it relies on, the hint.")
     parser.add_argument("step", nargs="?", metavar="N",
                         help="the step number, or an advanced check's id (none: list the steps)")
-    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    add_lang_argument(parser)
+    add_options(parser, options.EXERCISE, options.LANG)
 
 
 def step_files(exercise: exercises.Exercise, step: exercises.Step) -> tuple[str, ...]:
@@ -87,7 +84,7 @@ def index(exercise: exercises.Exercise, lang: str) -> str:
 
 def run(args) -> int:
     lang = i18n.resolve(args.lang)
-    exercise = exercises.get(args.exercise)
+    exercise = chosen_exercise(args)
     with i18n.use(lang):
         if args.step is None:
             sys.stdout.write(index(exercise, lang))

@@ -1,18 +1,13 @@
 """`retrylab grade-batch DIR`: grade every submission in DIR into a gradebook (CSV or JSON)."""
 from __future__ import annotations
 
-import argparse
 import signal
 from pathlib import Path
 
-from retrylab import exercise as exercises
-from retrylab import i18n
-from retrylab.brokers.redis.backends import BACKENDS, make_backend
-from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument, check_output_path, require_isolation
+from retrylab import i18n, options
+from retrylab.commands import UsageError, add_options, chosen_exercise, probe_backend
+from retrylab.commands.check import check_output_path, require_isolation
 
-# Each grading needs a Redis of its own: `url` names one shared server, so it is not offered here.
-PRIVATE_BACKENDS = sorted(name for name in BACKENDS if name != "url")
 FORMATS = (".csv", ".json")
 
 
@@ -21,7 +16,7 @@ def register(subparsers) -> None:
         "grade-batch", help="grade every submission in a directory into a gradebook (CSV or JSON)",
         description="Every subdirectory of DIR (hidden and tool folders such as __pycache__ excepted) is one"
                     " submission, graded in its own process with its own "
-                    "private Redis. Re-running skips submissions that are unchanged since they were graded "
+                    "private server (backends that name a shared server are not offered). Re-running skips submissions that are unchanged since they were graded "
                     "(a state file sits next to the gradebook), so an interrupted batch resumes. Exit status: "
                     "0 the batch completed (whatever the grades), 2 bad arguments, 130 interrupted.")
     batch.add_argument("directory", type=Path, metavar="DIR", help="a directory with one subdirectory per submission")
@@ -29,19 +24,12 @@ def register(subparsers) -> None:
                        help="the gradebook: .csv or .json (default: gradebook.csv)")
     batch.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                        help="grade N submissions at a time, each in its own process (default: 1)")
-    batch.add_argument("--backend", default="fake", choices=PRIVATE_BACKENDS,
-                       help="private Redis for each grading (default: fake, nothing to install)")
+    add_options(batch, options.EXERCISE, options.backend_option())
     batch.add_argument("--shard", metavar="I/N",
                        help="grade only shard I of N (a stable split by name hash, for CI matrices)")
     batch.add_argument("--timeout", type=float, metavar="SECONDS",
                        help="wall limit per submission (default: the sum of its steps' limits + 30 s)")
-    batch.add_argument("--step-timeout", type=float, metavar="SECONDS",
-                       help="time limit of every step (default: each step's own, from exercise.toml)")
-    batch.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    batch.add_argument("--isolation", default="auto", choices=("auto", "required"),
-                        help="required: exit 2 unless learner code runs in namespaces of its own "
-                             "(bubblewrap or unshare); auto (default): as isolated as the machine allows")
-    add_lang_argument(batch)
+    add_options(batch, options.STEP_TIMEOUT, options.ISOLATION, options.LANG)
 
 
 def validate(args):
@@ -61,7 +49,7 @@ def validate(args):
         shard = batch.parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    exercise = exercises.get(args.exercise)
+    exercise = chosen_exercise(args)
     own_files = batch.submission_files_in(args.directory, exercise)
     if own_files:
         raise UsageError(f"{args.directory} looks like one submission (it holds {', '.join(own_files)}): grade it"
@@ -70,7 +58,7 @@ def validate(args):
     if not batch.discover(args.directory):
         raise UsageError(f"no submission in {args.directory}: grade-batch grades each of its subdirectories"
                          " (hidden and tool folders such as __pycache__ are skipped)")
-    make_backend(args.backend).probe()  # one line, exit 2, before anything is graded
+    probe_backend(args, exercise, private=True)  # one line, exit 2, before anything is graded
     require_isolation(args.isolation)
     return shard
 

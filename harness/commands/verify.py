@@ -7,19 +7,12 @@ It speaks the learner's language: `--lang`, else the locale, as `retrylab check`
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from retrylab import exercise as exercises
-from retrylab import i18n
-from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument
+from retrylab import i18n, options
+from retrylab.commands import UsageError, add_options, chosen_exercise
 from retrylab.verify import CannotCheck, render, verify
-
-# The learner's broker when the lab platform names none (the flag and its default belong with the
-# broker's options once the broker registry declares them)
-DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
 
 def register(subparsers) -> None:
@@ -28,25 +21,53 @@ def register(subparsers) -> None:
         description="Inspect the learner's files and own Redis as they stand, read-only, and say whether"
                     " step N is done. Exit status: 0 done, 1 not yet, 2 cannot check.")
     parser.add_argument("directory", type=Path, help="the learner's directory, e.g. /root/qr")
-    parser.add_argument("--step", type=int, required=True, metavar="N", help="the lab step to verify")
-    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, metavar="URL",
-                        help=f"the learner's Redis, only read from (default: {DEFAULT_REDIS_URL})")
-    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    add_lang_argument(parser)
+    options.STEP.add_to(parser, action="store", default=None, required=True, help="the lab step to verify")
+    for option in live_options():
+        option.add_to(parser, help=f"the learner's own server, only read from (default: {option.live_default})")
+    add_options(parser, options.EXERCISE, options.LANG)
 
 
 def run(args) -> int:
     lang = i18n.resolve(args.lang)
     if not args.directory.is_dir():
         raise UsageError(i18n.label("verify.not_a_directory", lang, path=str(args.directory)))
-    exercise = exercises.get(args.exercise)
+    exercise = chosen_exercise(args)
     known = sorted(s.number for s in exercise.steps)
     if args.step not in known:
         raise UsageError(i18n.label("explain.unknown", lang, step=args.step, exercise=exercise.id,
                                     first=known[0], last=known[-1]))
     try:
-        result = verify(args.directory, args.step, broker_url=args.redis_url, exercise_id=exercise.id, lang=lang)
+        result = verify(args.directory, args.step, broker_url=live_url(args, exercise), exercise_id=exercise.id, lang=lang)
     except CannotCheck as exc:
         raise UsageError(i18n.label("verify.cannot_check", lang, step=args.step, reason=str(exc))) from None
     sys.stdout.write(render(result))
     return 0 if result.done else 1
+
+
+class _LiveOption:
+    """A broker's option naming the learner's own server, with that broker's default."""
+
+    def __init__(self, broker):
+        self.option, self.live_default = broker.live_option, broker.live_default
+
+    def add_to(self, parser, help: str) -> None:
+        self.option.add_to(parser, help=help, default=None)
+
+
+def live_options() -> list[_LiveOption]:
+    """Each broker's live-server option, once (two brokers may share a flag)."""
+    from retrylab import brokers
+    found = {}
+    for kind in options.broker_kinds():
+        broker = brokers.get(kind)
+        if broker.live_option is not None:
+            found.setdefault(broker.live_option.flags, _LiveOption(broker))
+    return list(found.values())
+
+
+def live_url(args, exercise) -> str:
+    """The learner's server for the exercise's broker: as given, else the broker's default."""
+    from retrylab import brokers
+    broker = brokers.get(exercise.broker)
+    given = getattr(args, broker.live_option.dest, None) if broker.live_option is not None else None
+    return given or broker.live_default

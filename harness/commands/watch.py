@@ -1,9 +1,8 @@
 """`retrylab watch DIR`: grade a submission, then again each time a file in it changes.
 
 For a learner iterating on their own machine: save a file, see the verdict. Changes are debounced
-(an editor's save is often several writes); the steps that read a changed file are re-checked first
-(schedule.txt -> step 3, worker.py -> 1, 2, 6, 7, replay.py -> 8: each step's `file`/`files` in
-exercise.toml), so their verdict shows at once, then the rest. Each time, the screen is cleared
+(an editor's save is often several writes); the steps that read a changed file (each step's
+`file`/`files` in exercise.toml) are re-checked first, so their verdict shows at once, then the rest. Each time, the screen is cleared
 (when it is a terminal) and a compact summary is redrawn: N/8 steps pass, a line for each failing
 step, the first failing step's message (wrapped at spaces to the terminal's width, never inside a
 word or a bidi isolate), and a line for the advanced checks. The rest of the steps are graded with
@@ -14,7 +13,6 @@ it exits with status 0.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import queue
 import shutil
@@ -25,9 +23,8 @@ import time
 from pathlib import Path
 
 from retrylab import exercise as exercises
-from retrylab import bidi, i18n, procfs
-from retrylab.commands import UsageError
-from retrylab.commands.check import add_lang_argument
+from retrylab import bidi, i18n, options, procfs
+from retrylab.commands import UsageError, add_options, chosen_exercise, probe_backend
 from retrylab.commands.explain import step_files
 from retrylab.reporters.bounds import neutral
 
@@ -44,14 +41,12 @@ def register(subparsers) -> None:
         "watch", help="grade a submission again each time a file in it changes",
         description="Grade DIR, then re-grade it whenever a file in it changes (Ctrl-C to stop).")
     parser.add_argument("directory", type=Path, help="the learner's submission directory")
-    parser.add_argument("--backend", default="fake", choices=("fake", "redis-server"),
-                        help="private Redis to grade against (default: fake)")
+    add_options(parser, options.EXERCISE, options.backend_option())
     parser.add_argument("--debounce", type=int, default=300, metavar="MS",
                         help="quiet time after a change before grading, in milliseconds (default: 300)")
     parser.add_argument("--clear", choices=("auto", "always", "never"), default="auto",
                         help="clear the screen before each summary (default: auto, when stdout is a terminal)")
-    parser.add_argument("--exercise", default=exercises.DEFAULT_EXERCISE, help=argparse.SUPPRESS)
-    add_lang_argument(parser)
+    add_options(parser, options.LANG)
 
 
 class _Stop(Exception):
@@ -317,9 +312,8 @@ def run(args) -> int:
         raise UsageError(f"--debounce {args.debounce}: give a number of milliseconds, 0 or more")
     args.directory = directory.resolve()
     lang = i18n.resolve(args.lang)
-    exercise = exercises.get(args.exercise)
-    from retrylab.brokers.redis.backends import make_backend
-    make_backend(args.backend).probe()  # one line and exit 2 now rather than a failed grading later
+    exercise = chosen_exercise(args)
+    probe_backend(args, exercise, private=True)  # one line and exit 2 now rather than a failed grading later
     watcher = Watcher(args, exercise, lang)
 
     def on_signal(signum, frame):

@@ -33,14 +33,14 @@ OUTPUT_LIMIT = 500      # characters
 
 def display_name(result: StepResult, lang: str = i18n.DEFAULT) -> str:
     """"step 3: <title>" in `lang`; an advanced check keeps its `advanced:<id>` name in front."""
-    if result.number is not None:
+    if not result.advanced:
         return i18n.label("formats.step_title", lang, number=result.number, title=result.title)
     return f"{result.name}: {result.title}" if result.title else result.name
 
 
 def in_step_order(results) -> list[StepResult]:
     """Lab steps by number, then advanced checks as listed (the spec: tests in the tests file's order)."""
-    return sorted(results, key=lambda r: (r.number is None, r.number or 0))
+    return sorted(results, key=lambda r: (r.advanced, r.number or 0))
 
 
 def _test(result: StepResult, lang: str) -> dict:
@@ -49,7 +49,7 @@ def _test(result: StepResult, lang: str) -> dict:
         entry["message"] = bounded(utf8_safe(result.message), MESSAGE_LIMIT, "message", utf8=True, lang=lang)
     if result.output:
         entry["output"] = bounded(utf8_safe(result.output), OUTPUT_LIMIT, "output", lang=lang)
-    if result.number is not None:
+    if not result.advanced:
         entry["task_id"] = result.number
     return entry
 

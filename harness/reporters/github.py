@@ -53,7 +53,7 @@ def command(kind: str, message: str, *, file: str | None = None, line: int | Non
 
 def _label(result: StepResult, lang: str) -> str:
     what = (i18n.label("formats.step_title", lang, number=result.number, title=result.title)
-            if result.number is not None else f"{result.name}: {result.title}")
+            if not result.advanced else f"{result.name}: {result.title}")
     return f"retrylab {what}"
 
 

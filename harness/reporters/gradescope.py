@@ -32,7 +32,7 @@ def _points(value: float) -> float | int:
 
 
 def _number(result: StepResult, advanced_index: int) -> str:
-    return str(result.number) if result.number is not None else f"A{advanced_index}"
+    return str(result.number) if not result.advanced else f"A{advanced_index}"
 
 
 def _output(result: StepResult, lang: str) -> str:

@@ -1,8 +1,8 @@
 """JUnit XML, as CI systems read it (Jenkins, GitLab, GitHub test reporters, junitparser).
 
     <testsuites>
-      <testsuite name="backoff-dlq">            one <testcase> per lab step, in step order
-      <testsuite name="backoff-dlq advanced">   advanced checks, reported apart (only if any)
+      <testsuite name="EXERCISE-ID">            one <testcase> per lab step, in step order
+      <testsuite name="EXERCISE-ID advanced">   advanced checks, reported apart (only if any)
 
 A failed step is a <failure> whose message attribute is the message's first line and whose text is
 the whole message; a step the harness could not judge is an <error>; what the learner's scripts

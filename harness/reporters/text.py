@@ -18,7 +18,7 @@ _STATUSES = ("pass", "fail", "error")
 def _line(result: StepResult, lang: str) -> str:
     marks = {status: i18n.label(f"report.{status}", lang) for status in _STATUSES}
     column = max(map(bidi.width, marks.values()))
-    label = i18n.label("report.step", lang, number=result.number) if result.number is not None else result.name
+    label = i18n.label("report.step", lang, number=result.number) if not result.advanced else result.name
     return f"{bidi.pad(marks[result.status], column)} {label}: {result.title}"
 
 

@@ -17,7 +17,8 @@ def make_backend(name: str, *, redis_url: str | None = None):
 
 
 REDIS_URL = Option(("--redis-url",), dest="redis_url", settings={"metavar": "URL", "default": None},
-                   help="with --backend url: the server to grade against, redis://host:port[/db]")
+                   help="with --backend url: an existing server, redis://host:port[/db]; retrylab works in an"
+                        " empty database (db 1-15 unless named) and leaves others alone")
 
 BROKER = Broker(
     kind="redis",
@@ -28,4 +29,6 @@ BROKER = Broker(
     fixtures="retrylab.brokers.redis.fixtures",
     learner_imports=("redis",),
     options=(REDIS_URL,),
+    live_option=REDIS_URL,
+    live_default="redis://localhost:6379/0",
 )
