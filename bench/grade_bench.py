@@ -100,7 +100,7 @@ def batch_throughput(count: int) -> list[str]:
              "| verdicts as expected | load (1 min) |",
              "|---|---|---|---|---|---|---|---|---|"]
     notes = []
-    slugs = {s.number: s.slug for s in exercises.get(exercises.DEFAULT_EXERCISE).steps}
+    slugs = {s.number: s.slug for s in exercises.get().steps}
     with tempfile.TemporaryDirectory(prefix="retrylab-bench-") as tmp:
         made = make_batch(Path(tmp) / "submissions", count)
         kinds = sum(e.kind == "correct" for e in made.values())
@@ -150,7 +150,7 @@ class _Timings(GradingPlugin):
 
 def _grade_in_process(backend: str) -> tuple[float, _Timings]:
     import pytest
-    exercise = exercises.get(exercises.DEFAULT_EXERCISE)
+    exercise = exercises.get()
     collector = _Timings(exercise)
     args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"), "--rootdir",
             str(exercises.CHECKS_DIR), "-p", "retrylab.plugin", "-p", "no:cacheprovider", "-p", "no:randomly",

@@ -1,7 +1,7 @@
 """The channel between a learner process's application stub and the harness, and the run's clock.
 
-An exercise stands a module of its own in for the learner's business code (backoff-dlq's
-`taskproc.process(msg)`; later `effects.apply(fields)`, `notifier.notify(payload)`). In the learner's
+An exercise stands a module of its own in for the learner's business code (a `process(msg)`, an
+`apply(fields)`, a `notify(payload)`: whatever its lab calls). In the learner's
 process that module is only a stub: each call is sent here, over a unix socket the harness owns, and
 the stub returns or raises what the harness's `Application` decides. So the record of calls lives in
 the harness's memory, where nothing the learner writes can add, hide or change a call.
@@ -60,7 +60,7 @@ _MAX_SLEEP = 10 * 365 * 86400.0   # one sleep moves the clock at most this far (
 # A learner run's clock starts this far ahead of real time (plus up to RUN_CLOCK_JITTER, drawn per run):
 # every real-time source a learner can reach and the relay cannot answer for (a broker's own clock: the
 # time inside a server-side script, or in ids the broker makes) is then days away from the run's clock, so a
-# time taken from one cannot pass for the run's. Still well inside the epoch range a DLQ entry's timestamp may have.
+# time taken from one cannot pass for the run's. Still well inside the epoch range a stored timestamp may have.
 RUN_CLOCK_LEAD = 3 * 86400.0
 RUN_CLOCK_JITTER = 86400.0
 

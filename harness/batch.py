@@ -75,11 +75,15 @@ class Submission:
 @dataclass(frozen=True)
 class BatchConfig:
     backend: str = "fake"
-    exercise_id: str = exercises.DEFAULT_EXERCISE
+    exercise_id: str | None = None   # None: the default exercise (its id once made)
     step_timeout: float | None = None
     timeout: float | None = None     # per-submission wall limit; None: the steps' limits + OVERHEAD
     jobs: int = 1
     lang: str = i18n.DEFAULT         # of the reports and the reasons in the gradebook
+
+    def __post_init__(self):
+        if self.exercise_id is None:
+            object.__setattr__(self, "exercise_id", exercises.default_id())
 
     @property
     def exercise(self) -> exercises.Exercise:

@@ -1,4 +1,4 @@
-"""The harness's record of calls of an exercise's instrumented module (taskproc's process(msg)).
+"""The harness's record of calls of an exercise's instrumented module (e.g. its process(msg)).
 
 Kept in the grading process's memory by the application channel (appchannel.py): each call is
 recorded as the harness received and decided it, never as the learner's process describes it.

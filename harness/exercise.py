@@ -14,8 +14,6 @@ from pathlib import Path
 # found without importing it
 CHECKS_DIR = Path(importlib.util.find_spec("retrylab.checks").origin).resolve().parent
 
-DEFAULT_EXERCISE = "backoff-dlq"
-
 
 LAB, ADVANCED = "lab", "advanced"
 
@@ -99,7 +97,22 @@ def exercises() -> dict[str, Exercise]:
     return found
 
 
-def get(exercise_id: str) -> Exercise:
+@cache
+def default_id() -> str:
+    """The exercise graded when none is named: the one whose exercise.toml says `default = true` (the
+    only one, when there is one)."""
+    marked = [toml.parent.name for toml in CHECKS_DIR.glob("*/exercise.toml")
+              if tomllib.loads(toml.read_text(encoding="utf-8")).get("default") is True]
+    found = exercises()
+    chosen = [e.id for e in found.values() if e.folder.name in marked] or (list(found) if len(found) == 1 else [])
+    if len(chosen) != 1:
+        raise UnknownExercise("no default exercise: exactly one exercise.toml must say `default = true`")
+    return chosen[0]
+
+
+def get(exercise_id: str | None = None) -> Exercise:
+    """The exercise `exercise_id`; None: the default one (`default_id`)."""
+    exercise_id = exercise_id or default_id()
     try:
         return exercises()[exercise_id]
     except KeyError:

@@ -138,7 +138,7 @@ def _step_result(step: exercises.Step, phases: list[Phase], exercise: exercises.
 
 
 def grade(submission: Path, *, backend: str | None = None, steps: tuple[int, ...] = (),
-          exercise_id: str = exercises.DEFAULT_EXERCISE, step_timeout: float | None = None,
+          exercise_id: str | None = None, step_timeout: float | None = None,
           lang: str = i18n.DEFAULT, **broker_options) -> Report:
     """Grade `submission`; `backend`: one the exercise's broker offers (None: its default);
     `step_timeout` replaces every step's own time limit (exercise.toml); `broker_options`: the

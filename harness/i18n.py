@@ -13,10 +13,10 @@ A message whose wording depends on a number is a table naming the number's place
 one template per plural category (CLDR: English one/other, Russian one/few/many, Chinese and
 Persian other)::
 
-    [step8.dlq_left]
+    [left_over]
     plural = "count"
-    one = "{dlq} still holds {count} entry ..."
-    other = "{dlq} still holds {count} entries ..."
+    one = "{name} still holds {count} entry ..."
+    other = "{name} still holds {count} entries ..."
 
 The language is chosen once (``--lang``, else LANGUAGE / LC_ALL / LC_MESSAGES / LANG, else English)
 and made *current* (:func:`use`) for the code that builds messages, so that a parser deep inside a

@@ -45,7 +45,7 @@ def describe_limit(label: str, limit: float, cut: Sequence[str] = ()) -> str:
 
 
 def step_label(step) -> str:
-    """How a verdict names a step or an advanced check: "step 4", "advanced check dlq-alert"."""
+    """How a verdict names a step or an advanced check: "step 4", "advanced check <id>"."""
     if step.number is not None:
         return i18n.label("report.step", number=step.number)
     return i18n.label("limits.advanced_label", name=step.slug)

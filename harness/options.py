@@ -82,13 +82,13 @@ def chosen_backend(backend: str | None, exercise: exercises.Exercise, *, private
 
 def exercise_named(exercise_id: str | None) -> exercises.Exercise:
     """The exercise `--exercise` names (None: the default one); exercises.UnknownExercise, one line."""
-    return exercises.get(exercise_id or exercises.DEFAULT_EXERCISE)
+    return exercises.get(exercise_id)
 
 
 # The engine's options, in the order `--help` shows them. A command adds those it takes.
 EXERCISE = Option(("--exercise",), dest="exercise", pytest_dest="retrylab_exercise", settings=dict(
     default=None, metavar="ID"), help=f"the exercise to grade: {', '.join(exercises.exercises())} "
-                                      f"(default: {exercises.DEFAULT_EXERCISE})")
+                                      f"(default: {exercises.default_id()})")
 STEP = Option(("--step",), dest="step", pytest_dest="retrylab_steps", settings=dict(
     type=int, action="append", default=[], metavar="N"), help="grade only lab step N (repeatable)")
 STEP_TIMEOUT = Option(("--step-timeout",), dest="step_timeout", pytest_dest="retrylab_step_timeout", settings=dict(

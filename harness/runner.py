@@ -194,7 +194,8 @@ class LearnerRunner:
         again = None if first.timing.cut else self._run_once(script, endpoint, timeout, stop_when, app, run_clock,
                                                                attempt=2)
         if again is None or _starved(again):
-            raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0))
+            raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0,
+                                           broker=first.result.broker))
         return again
 
     def _run_once(self, script: str, endpoint, timeout: float, stop_when: StopCondition,
@@ -235,7 +236,7 @@ class LearnerRunner:
             result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
             commands = tuple(link.commands())
             reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
-            result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0],
+            result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0], broker=link.broker_name,
                                          detail=stops[-1].detail if stops and result.stopped else "")
             done = ScriptRun(result=result, calls=tuple(channel.calls()), commands=commands,
                              call_limit=channel.exceeded)

@@ -29,7 +29,7 @@ on what the machine allows (`containment()` says what applies here):
   (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
   is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
 - Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
-  named in `ScriptResult.describe()` ("worker.py was stopped: it exceeded the 1 GiB memory limit"), in
+  named in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
 
 This module runs a script and reports on it; beside it, each with one job: containment (what this
@@ -151,6 +151,7 @@ class ScriptResult:
     reason: str | None = None   # why the harness stopped it (a retrylab.settle.Reason value), if it did
     detail: str = ""            # what the stop condition saw, for the message (e.g. the read it waits in)
     cpu: float | None = None    # CPU seconds its processes had (None: not measured)
+    broker: str = ""            # the broker's name as learners know it (from its link), for the messages
 
     @property
     def crashed(self) -> bool:
@@ -158,7 +159,7 @@ class ScriptResult:
 
     def describe(self) -> str:
         """How the script ended, for a learner, in the current language (i18n.use)."""
-        facts = dict(script=self.script, limit=self.limit, seconds=self.seconds)
+        facts = dict(script=self.script, limit=self.limit, seconds=self.seconds, broker=self.broker)
         if self.limit and (self.crashed or self.stopped == "timeout"):
             return i18n.label("run.limit_timeout" if self.stopped == "timeout" else "run.limit", **facts)
         if self.stopped == "timeout":

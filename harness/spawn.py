@@ -1,4 +1,4 @@
-"""Private server processes (a fake Redis child, redis-server, nats-server, ...) that die with the grading.
+"""Private server processes (a broker's fake server, its real server process, ...) that die with the grading.
 
 Each gets its own process group (a terminal's Ctrl-C reaches the grading, which stops them in order) and,
 on Linux, the parent-death signal. The kernel sends that signal when the *thread* that forked the child

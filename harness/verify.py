@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from retrylab import exercise as exercises
-from retrylab import bidi, i18n
+from retrylab import bidi, brokers, i18n
 
 OK, FAIL, NOTE = "ok", "fail", "note"
 
@@ -97,7 +97,7 @@ def _verifiers(exercise: exercises.Exercise):
 
 
 def verify(directory: Path, step_number: int, *, broker_url: str,
-           exercise_id: str = exercises.DEFAULT_EXERCISE, lang: str = i18n.DEFAULT) -> Verification:
+           exercise_id: str | None = None, lang: str = i18n.DEFAULT) -> Verification:
     """Decide whether step `step_number` is done, read-only, saying so in `lang`. Raises CannotCheck
     (exit status 2)."""
     with i18n.use(lang):
@@ -119,13 +119,14 @@ def render(result: Verification) -> str:
     """The report of a verification, in its language; lines kept free of unbalanced bidi controls."""
     step, lang = result.step, result.lang
     exercise = exercises.get(result.exercise_id)
+    broker = brokers.get(exercise.broker)
     marks = {status: i18n.label(f"verify.{status}", lang) for status in (OK, FAIL, NOTE)}
     column = max(map(bidi.width, marks.values()))
     lines = [i18n.label("verify.heading", lang, number=step.number, title=i18n.step_text(exercise, step, "title", lang),
                         exercise=result.exercise_id),
              i18n.label("verify.directory", lang, path=str(result.directory)),
-             i18n.label("verify.redis", lang, url=result.broker_url) if result.broker_url
-             else i18n.label("verify.no_redis", lang),
+             i18n.label("verify.broker", lang, broker=broker.kind, url=result.broker_url) if result.broker_url
+             else i18n.label("verify.no_broker", lang, broker=broker.kind),
              "", i18n.label("verify.checked", lang)]
     lines += [f"  {bidi.pad(marks[f.status], column)}  {f.text}" for f in result.facts]
     if result.unchecked:
@@ -137,5 +138,6 @@ def render(result: Verification) -> str:
     else:
         lines += [i18n.label("verify.not_yet", lang, number=step.number),
                   i18n.label("report.hint", lang, hint=i18n.step_text(exercise, step, "hint", lang))]
-    lines.append(i18n.label("verify.pointer", lang, directory=str(result.directory), number=step.number))
+    lines.append(i18n.label("verify.pointer", lang, directory=str(result.directory), number=step.number,
+                            broker=broker.shown_name))
     return "\n".join(bidi.balance(line) for line in lines) + "\n"

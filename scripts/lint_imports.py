@@ -31,13 +31,18 @@ def lay_out(target: Path) -> None:
         shutil.copytree(ROOT / folder, destination, ignore=IGNORED)
 
 
+def lint(folder: Path, **run) -> subprocess.CompletedProcess:
+    """lint-imports on the package laid out in `folder`."""
+    env = dict(os.environ, PYTHONPATH=str(folder))
+    command = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run([str(command) if command.exists() else "lint-imports", str(ROOT / "pyproject.toml"),
+                           "--no-cache"], env=env, cwd=folder, **run)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="retrylab-lint-") as folder:
         lay_out(Path(folder))
-        env = dict(os.environ, PYTHONPATH=folder)
-        lint = Path(sys.executable).with_name("lint-imports")
-        return subprocess.run([str(lint) if lint.exists() else "lint-imports",
-                               str(ROOT / "pyproject.toml"), "--no-cache"], env=env, cwd=folder).returncode
+        return lint(Path(folder)).returncode
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from retrylab.brokers.redis.commands import Command
 from retrylab.reporters import FORMATS
 
 BACKENDS = ["fake", "redis-server"]
-CHECKS = [a.slug for a in exercises.get(exercises.DEFAULT_EXERCISE).advanced]
+CHECKS = [a.slug for a in exercises.get().advanced]
 ENTRIES = [e for e in corpus.entries() if e.expect_advanced]
 DLQ = b"q:tasks:dlq"
 
@@ -375,7 +375,7 @@ def test_the_advanced_run_goes_beside_the_lab_run_and_ends_with_the_grading(back
         f"import os, sys, redis\nif sys.argv[1:] != [{marker!r}]:\n"
         f"    os.execv(sys.executable, [sys.executable, sys.argv[0], {marker!r}])\n"
         "r = redis.Redis()\nwhile True:\n    r.rpush('tick', 1)\n    r.blpop('nothing-comes', timeout=1)\n")
-    exercise = exercises.get(exercises.DEFAULT_EXERCISE)
+    exercise = exercises.get()
     seen: set[int] = set()
     at_once = []
     done = threading.Event()

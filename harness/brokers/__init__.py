@@ -31,6 +31,7 @@ class LearnerLink(Protocol):
 
     env: dict[str, str]                 # what the learner's process is given to reach the server (among
                                         # it RETRYLAB_BROKER_REDIRECT: the file of the learner-side redirect)
+    broker_name: str                    # the broker's name as learners know it ("Redis"), for messages
 
     def started(self) -> bool:          # whether the learner has sent its first command
         ...
@@ -76,6 +77,7 @@ class Broker:
     fixtures: str                               # pytest plugin module with this broker's fixtures
     learner_imports: tuple[str, ...] = ()       # client libraries learner code imports
     options: tuple = field(default=())          # retrylab.options.Option, broker-specific (e.g. --redis-url)
+    shown_name: str = ""                        # as learners know it ("Redis"), for messages
     # `retrylab verify`: the option (one of `options`) naming the learner's own server, and where that
     # server is when the lab platform names none
     live_option: Any = None

@@ -1,8 +1,9 @@
 """`retrylab verify --step N DIR`: is step N done in the live lab environment? Read-only.
 
-For lab platforms' check buttons: looks at the learner's files in DIR and the learner's own Redis
-as they stand, never runs the learner's code and never writes to that Redis. Exit status 0 done,
-1 not yet (with what is missing and the step's hint), 2 cannot check (e.g. Redis does not answer).
+For lab platforms' check buttons: looks at the learner's files in DIR and the learner's own broker
+(the exercise's broker: its live option) as they stand, never runs the learner's code and never writes to
+that broker. Exit status 0 done, 1 not yet (with what is missing and the step's hint), 2 cannot check
+(e.g. the broker does not answer).
 It speaks the learner's language: `--lang`, else the locale, as `retrylab check`.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from retrylab.verify import CannotCheck, render, verify
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "verify", help="say whether one step is done in a live lab environment (read-only)",
-        description="Inspect the learner's files and own Redis as they stand, read-only, and say whether"
+        description="Inspect the learner's files and own broker as they stand, read-only, and say whether"
                     " step N is done. Exit status: 0 done, 1 not yet, 2 cannot check.")
     parser.add_argument("directory", type=Path, help="the learner's directory, e.g. /root/qr")
     options.STEP.add_to(parser, action="store", default=None, required=True, help="the lab step to verify")

@@ -1,5 +1,5 @@
 """The learner-side end of the application channel (retrylab.appchannel): what an exercise's stub
-module (backoff-dlq's taskproc) uses to hand each call to the harness and to follow the run's clock.
+module uses to hand each call to the harness and to follow the run's clock.
 
 One connection per process (a forked child opens its own), shared by its threads under a lock: one
 request, one reply. Nothing here decides anything; the reply says what to return or raise.

@@ -9,6 +9,7 @@ from retrylab.brokers import Broker
 from retrylab.options import Option
 
 BACKENDS = ("fake", "redis-server", "url", "container")
+SHOWN_NAME = "Redis"    # as learners know it: the engine's messages say "its first Redis command"
 
 
 def make_backend(name: str, *, redis_url: str | None = None):
@@ -22,6 +23,7 @@ REDIS_URL = Option(("--redis-url",), dest="redis_url", settings={"metavar": "URL
 
 BROKER = Broker(
     kind="redis",
+    shown_name=SHOWN_NAME,
     backends=BACKENDS,
     default_backend="fake",
     private_backends=tuple(name for name in BACKENDS if name != "url"),   # url: a server the user names

@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from retrylab.brokers.redis import keyspace
+from retrylab.brokers.redis import SHOWN_NAME, keyspace
 from retrylab.brokers.redis.commands import Command, is_blocking_read, read_keys
 from retrylab.brokers.redis.intercepts import VirtualTime
 from retrylab.brokers.redis.proxy import RecordingProxy
@@ -27,6 +27,7 @@ class Waiting:
 
 
 class RedisLink:
+    broker_name = SHOWN_NAME
     """Made for one learner run (Endpoint.link) and entered for its length: a relay that records every
     command and refuses admin ones (AdminGuard), answers TIME in the run's virtual time, and listens on a
     unix socket in the sandbox's folder when the sandbox has no network of its own to reach it by."""

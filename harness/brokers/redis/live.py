@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import redis
 
-from retrylab import i18n
+from retrylab.brokers.redis import catalog
 from retrylab.verify import CannotCheck
 
 LIST_READ = 100          # entries read from a list; the lab's lists hold one or a few
@@ -50,7 +50,7 @@ class LiveRedis:
             try:
                 self._client = redis.Redis.from_url(self.url, socket_connect_timeout=3, socket_timeout=5)
             except ValueError as exc:
-                raise CannotCheck(i18n.label("verify.bad_url", url=self.shown, error=exc)) from None
+                raise CannotCheck(catalog.text("verify.bad_url", None, url=self.shown, error=exc)) from None
         return self._client
 
     def list_state(self, key: str) -> ListState:
@@ -64,7 +64,7 @@ class LiveRedis:
             return ListState(key, kind, int(client.llen(key)), tuple(client.lrange(key, 0, LIST_READ - 1)))
         except redis.RedisError as exc:
             reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise CannotCheck(i18n.label("verify.unreadable", url=self.shown, reason=reason)) from None
+            raise CannotCheck(catalog.text("verify.unreadable", None, url=self.shown, reason=reason)) from None
 
     def close(self) -> None:
         if self._client is not None:

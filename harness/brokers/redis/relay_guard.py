@@ -16,6 +16,7 @@ is for servers whose other data one could afford to lose (README).
 from __future__ import annotations
 
 from retrylab import i18n
+from retrylab.brokers.redis import catalog
 from retrylab.brokers.redis.intercepts import refusal
 from retrylab.brokers.redis.resp import string2ll
 
@@ -71,5 +72,5 @@ class AdminGuard:
         return True
 
     def _refuse(self, key: str, **params) -> tuple[bytes, ...]:
-        text = i18n.label(key, self.lang, **params)
+        text = catalog.text(key, self.lang, **params)
         return refusal(" ".join(text.split()))   # one line: it travels as a RESP error

@@ -5,7 +5,7 @@ Three things make learner code run unchanged yet hermetically and fast:
 1. every connection of the broker's client library goes to the check's private server's recording
    relay, whatever host, port, URL or socket the learner's code names: the broker's redirect (a file
    named by RETRYLAB_BROKER_REDIRECT, see learner_site.broker_redirect) does it;
-2. `import taskproc` gives the exercise's application stub (RETRYLAB_APP_MODULE from RETRYLAB_APP_STUB),
+2. importing the exercise's application module (RETRYLAB_APP_MODULE) gives its stub (RETRYLAB_APP_STUB),
    so a real /opt/app on a lab machine cannot shadow it; it hands each call to the harness over the
    socket RETRYLAB_APP_SOCKET;
 3. time is virtual: sleeping returns at once and moves the run's clock (kept by the harness) forward,
@@ -19,9 +19,9 @@ import sys
 def _install():
     if os.environ.get("RETRYLAB_SITE_ACTIVE") != "1":
         return
-    from retrylab.learner_site import broker_redirect, virtual_clock, taskproc_loader
+    from retrylab.learner_site import app_loader, broker_redirect, virtual_clock
     virtual_clock.install()
-    taskproc_loader.install(os.environ.get("RETRYLAB_APP_MODULE", ""), os.environ.get("RETRYLAB_APP_STUB", ""))
+    app_loader.install(os.environ.get("RETRYLAB_APP_MODULE", ""), os.environ.get("RETRYLAB_APP_STUB", ""))
     broker_redirect.install(os.environ.get("RETRYLAB_BROKER_REDIRECT", ""))
 
 

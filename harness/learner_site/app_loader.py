@@ -1,5 +1,5 @@
-"""Make `import <module>` give the exercise's application stub in a learner process (backoff-dlq:
-`import taskproc`), whatever the learner's sys.path says."""
+"""Make `import <module>` give the exercise's application stub in a learner process, whatever the
+learner's sys.path says."""
 import importlib.util
 import sys
 
