@@ -30,6 +30,8 @@ def _catalogs():
     yield "engine", i18n.engine()
     for exercise in EXERCISES:
         yield exercise.id, i18n.exercise_catalog(exercise)
+    for folder in sorted((Path(i18n.__file__).parent / "brokers").glob("*/locales")):
+        yield f"broker {folder.parent.name}", i18n.catalog(folder)
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,8 +597,9 @@ def test_why_the_harness_stopped_a_script_is_said_in_the_language():
     for lang in i18n.LANGUAGES:
         with i18n.use(lang):
             told = [ScriptResult(script="worker.py", returncode=None, stopped="settled", stdout="", stderr="",
-                                 seconds=3.0, reason=r.value, detail="BLPOP q 0").describe() for r in reasons]
-            told.append(i18n.label("run.not_started", script="worker.py", cpu=0.1))
+                                 seconds=3.0, reason=r.value, detail="BLPOP q 0", broker="Redis").describe()
+                     for r in reasons]
+            told.append(i18n.label("run.not_started", script="worker.py", cpu=0.1, broker="Redis"))
         assert len(set(told)) == len(told)
         for text in told:
             assert "worker.py" in text
