@@ -88,7 +88,7 @@ class GradingPlugin:
         return Report(exercise_id=exercise.id, exercise_title=i18n.exercise_catalog(exercise).text("title"),
                       submission=str(submission), backend=backend, harness_version=__version__,
                       results=quote_once(results), seconds=time.monotonic() - started,
-                      harness_error=self.harness_error(exit_code), lang=lang, notes=_isolation_notes(),
+                      harness_error=self.harness_error(exit_code), lang=lang, notes=_isolation_notes(exercise),
                       interrupted=self.interrupted)
 
 
@@ -172,9 +172,11 @@ def _grade(submission, exercise, backend, steps, step_timeout, lang, broker_opti
     return grading.report(exit_code, submission=submission, backend=backend, steps=steps, lang=lang, started=started)
 
 
-def _isolation_notes() -> tuple[str, ...]:
+def _isolation_notes(exercise) -> tuple[str, ...]:
     from retrylab import sandbox  # measured already: the checks ran learner code
-    return () if sandbox.containment().isolated else (i18n.label("report.isolation_partial"),)
+    from retrylab.plugin import learner_imports
+    isolated = sandbox.containment(learner_imports(exercise)).isolated
+    return () if isolated else (i18n.label("report.isolation_partial"),)
 
 
 # A quoted block in a message: consecutive lines indented by four spaces (verdict.indent), e.g. the

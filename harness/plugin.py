@@ -67,7 +67,7 @@ def pytest_sessionstart(session):
     # before any check: a grader who requires isolation gets one line and status 2, nothing graded
     if session.config.getoption("--solution") and session.config.getoption("retrylab_isolation") == "required":
         from retrylab.sandbox import isolation_problem
-        problem = isolation_problem("required")
+        problem = isolation_problem("required", learner_imports(session.config.stash.get(EXERCISE, None)))
         if problem:
             cannot_grade(session.config, problem)
 
@@ -170,7 +170,14 @@ def learner(submission, pytestconfig) -> LearnerRunner:
     the session's exercise's application module."""
     exercise = pytestconfig.stash.get(EXERCISE, None)
     return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK],
-                         application=exercise.application if exercise else None)
+                         application=exercise.application if exercise else None,
+                         learner_imports=learner_imports(exercise))
+
+
+def learner_imports(exercise) -> tuple[str, ...]:
+    """The client libraries learner code on the exercise's broker imports (what the sandbox must offer)."""
+    from retrylab import brokers
+    return brokers.get(exercise.broker).learner_imports if exercise else ()
 
 
 @pytest.fixture

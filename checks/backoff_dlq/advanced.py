@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from retrylab.brokers.redis.proxy import Command
+from retrylab.brokers.redis.commands import Command
 from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq import lab
 from retrylab.checks.backoff_dlq.catalog import tr

@@ -40,13 +40,14 @@ def validate(args):
         raise UsageError(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
     # Fail fast, with one line, when the backend cannot work here (e.g. its server program missing).
     probe_backend(args, exercise)
-    require_isolation(args.isolation)
+    require_isolation(args.isolation, exercise)
     return exercise
 
 
-def require_isolation(isolation: str) -> None:
+def require_isolation(isolation: str, exercise) -> None:
+    from retrylab.plugin import learner_imports
     from retrylab.sandbox import isolation_problem
-    problem = isolation_problem(isolation)
+    problem = isolation_problem(isolation, learner_imports(exercise))
     if problem:
         raise UsageError(problem)
 

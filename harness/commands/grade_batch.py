@@ -59,7 +59,7 @@ def validate(args):
         raise UsageError(f"no submission in {args.directory}: grade-batch grades each of its subdirectories"
                          " (hidden and tool folders such as __pycache__ are skipped)")
     probe_backend(args, exercise, private=True)  # one line, exit 2, before anything is graded
-    require_isolation(args.isolation)
+    require_isolation(args.isolation, exercise)
     return shard
 
 
