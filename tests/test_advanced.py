@@ -363,6 +363,11 @@ def _processes_named(marker: str) -> list[int]:
     return found
 
 
+# Step 1's time limit in the test below: long enough for the advanced run's worker to be started beside the
+# lab's on a loaded machine (3 s was not, at load 11-15: the two were never seen at once)
+BOTH_STARTED = 10
+
+
 @pytest.mark.parametrize("backend", ["fake", "redis-server"])
 def test_the_advanced_run_goes_beside_the_lab_run_and_ends_with_the_grading(backend, tmp_path):
     """Both worker runs at once; a grading that stops early (-x after step 1's time limit) stops the
@@ -393,7 +398,7 @@ def test_the_advanced_run_goes_beside_the_lab_run_and_ends_with_the_grading(back
         exit_code = pytest.main([str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"),
                                  "--rootdir", str(exercises.CHECKS_DIR), "-p", "retrylab.plugin",
                                  "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-x",
-                                 "--solution", str(folder), "--backend", backend, "--step-timeout=3"])
+                                 "--solution", str(folder), "--backend", backend, f"--step-timeout={BOTH_STARTED}"])
         left = _processes_named(marker)
     finally:
         done.set()
