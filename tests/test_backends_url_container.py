@@ -411,3 +411,19 @@ def test_make_backend_lists_every_backend():
     with pytest.raises(BackendUnavailable, match="fake, redis-server, url, container"):
         make_backend("nats")
     assert isinstance(make_backend("url", redis_url="redis://h:1"), UrlBackend)
+
+
+def test_a_create_request_cut_after_the_engine_made_the_container_leaves_none(engine, monkeypatch):
+    """Ctrl-C (or SIGTERM, which `check` turns into it) in the middle of the create request: the engine
+    has made the container, its id never arrives. It must not stay behind, "Created" (seen in CI)."""
+    import docker.models.containers
+    real_create = docker.models.containers.ContainerCollection.create
+
+    def create_then_interrupted(self, *args, **kwargs):
+        real_create(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(docker.models.containers.ContainerCollection, "create", create_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        containers.start_redis_container(container_image.DEFAULT_IMAGE)
+    assert owned_by(engine, os.getpid()) == []

@@ -59,6 +59,8 @@ class ContainerBackend(ServerPool):
     def _start_one(self) -> Endpoint:
         from retrylab.brokers.redis import containers
         with self._lock:
+            if self._stopped:   # the grading is ending (an interrupt): no new container, none left behind
+                raise BackendUnavailable("the grading ended before a Redis container was started")
             self._creating += 1
         try:
             container_id, endpoint = containers.start_redis_container(self.image)

@@ -24,6 +24,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 import urllib.parse
 
 import redis
@@ -40,6 +41,7 @@ REDIS_COMMAND = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--prote
 LABEL_MACHINE = "org.retrylab.owner.machine"
 LABEL_PID = "org.retrylab.owner.pid"
 LABEL_STARTED = "org.retrylab.owner.started"   # the owner's start time (clock ticks since boot): a reused pid is not it
+LABEL_REQUEST = "org.retrylab.request"         # the create request that made it (a container whose id never arrived)
 READY_LIMIT = 60.0       # wall seconds for a started container to answer: an outer bound for a loaded machine
 PING_TIMEOUT = 10.0      # seconds for the engine to answer a ping
 API_TIMEOUT = 120.0      # seconds for any other engine request (creating a container on a loaded machine)
@@ -175,6 +177,14 @@ class _Owned:
         with self._lock:
             self._ids.discard(container_id)
 
+    def wait_for_other_creates(self) -> None:
+        """Until create requests on their way in other threads have their answer (API_TIMEOUT at most):
+        a container is created by the engine before its id reaches this process."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + API_TIMEOUT
+        while any(thread != me for thread, _ in list(self._creating)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def remove_all(self) -> None:
         with self._lock:
             ids, self._ids = set(self._ids), set()
@@ -187,10 +197,7 @@ class _Owned:
         # as this process's, then die of SIGTERM as this process would have without the handler,
         # whatever happened meanwhile.
         try:
-            me = threading.get_ident()
-            deadline = time.monotonic() + API_TIMEOUT
-            while any(thread != me for thread, _ in list(self._creating)) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            self.wait_for_other_creates()
             self.remove_all()
             remove_containers(_labelled_as_mine())
         finally:
@@ -208,6 +215,18 @@ def _labelled_as_mine() -> list[str]:
 
 
 OWNED = _Owned()
+
+
+def _remove_made_by(request: str) -> None:
+    """Remove the container a create request labelled `request` made, if the engine made one: the request
+    was cut (Ctrl-C, SIGTERM, an error) after the engine had acted, so its id may never have arrived and
+    it would stay behind, "Created"."""
+    import docker
+    with contextlib.suppress(Exception), contextlib.closing(docker.from_env(timeout=API_TIMEOUT)) as engine:
+        made = [c["Id"] for c in engine.api.containers(all=True, filters={"label": f"{LABEL_REQUEST}={request}"})]
+        remove_containers(made)
+        for container_id in made:
+            OWNED.discard(container_id)
 
 
 @contextlib.contextmanager
@@ -279,13 +298,19 @@ def start_redis_container(image: str) -> tuple[str, Endpoint]:
     with contextlib.closing(engine):
         host = _engine_host(engine)
         binding = ("127.0.0.1",) if host == "127.0.0.1" else None
+        request = uuid.uuid4().hex
         try:
             with OWNED.creating():
-                container = engine.containers.create(image, command=REDIS_COMMAND, labels=owner_labels(),
+                container = engine.containers.create(image, command=REDIS_COMMAND,
+                                                     labels={**owner_labels(), LABEL_REQUEST: request},
                                                      ports={REDIS_PORT: binding}, detach=True)
                 OWNED.add(container.id)
-        except docker.errors.APIError as exc:
-            raise BackendUnavailable(f"could not create a Redis container from {image}: {whole_reason(exc)}") from None
+        except BaseException as exc:
+            _remove_made_by(request)
+            if isinstance(exc, docker.errors.APIError):
+                raise BackendUnavailable(f"could not create a Redis container from {image}:"
+                                         f" {whole_reason(exc)}") from None
+            raise
         try:
             container.start()
             endpoint = Endpoint(host, _published_port(container, image))
