@@ -527,7 +527,7 @@ def child_main(argv: list[str] | None = None) -> int:
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)
-    report = grade(args.submission, backend=args.backend, exercise_id=options.exercise_named(args.exercise).id,
+    report = grade(args.submission, backend=args.backend, exercise_id=exercises.get(args.exercise).id,
                    step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
     _write_atomically(args.result, json.dumps(dataclasses.asdict(report), ensure_ascii=False))
     return 0

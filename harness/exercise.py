@@ -48,6 +48,7 @@ class Exercise:
     verifiers: str | None = None     # module with the exercise's `retrylab verify` step verifiers
     formulas: dict = field(default_factory=dict)   # [formulas]: name -> code
     seed: str = ""
+    default: bool = False            # graded when no exercise is named (exercise.toml `default = true`)
 
     def step(self, number: int) -> Step:
         for step in self.steps:
@@ -85,7 +86,7 @@ def _load(folder: Path) -> Exercise:
     return Exercise(id=meta["id"], title=meta["title"], folder=folder, steps=steps, advanced=advanced,
                     broker=str(meta["broker"]), application=meta.get("application"),
                     verifiers=meta.get("verifiers"), formulas=dict(meta.get("formulas", {})),
-                    seed=str(meta.get("seed", "")))
+                    seed=str(meta.get("seed", "")), default=meta.get("default") is True)
 
 
 @cache
@@ -101,10 +102,8 @@ def exercises() -> dict[str, Exercise]:
 def default_id() -> str:
     """The exercise graded when none is named: the one whose exercise.toml says `default = true` (the
     only one, when there is one)."""
-    marked = [toml.parent.name for toml in CHECKS_DIR.glob("*/exercise.toml")
-              if tomllib.loads(toml.read_text(encoding="utf-8")).get("default") is True]
     found = exercises()
-    chosen = [e.id for e in found.values() if e.folder.name in marked] or (list(found) if len(found) == 1 else [])
+    chosen = [e.id for e in found.values() if e.default] or (list(found) if len(found) == 1 else [])
     if len(chosen) != 1:
         raise UnknownExercise("no default exercise: exactly one exercise.toml must say `default = true`")
     return chosen[0]

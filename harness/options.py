@@ -80,11 +80,6 @@ def chosen_backend(backend: str | None, exercise: exercises.Exercise, *, private
     return backend
 
 
-def exercise_named(exercise_id: str | None) -> exercises.Exercise:
-    """The exercise `--exercise` names (None: the default one); exercises.UnknownExercise, one line."""
-    return exercises.get(exercise_id)
-
-
 # The engine's options, in the order `--help` shows them. A command adds those it takes.
 EXERCISE = Option(("--exercise",), dest="exercise", pytest_dest="retrylab_exercise", settings=dict(
     default=None, metavar="ID"), help=f"the exercise to grade: {', '.join(exercises.exercises())} "

@@ -82,7 +82,7 @@ def pytest_configure(config):
     chosen = config.getoption("retrylab_exercise")
     if chosen:
         try:
-            config.stash[EXERCISE] = options.exercise_named(chosen)
+            config.stash[EXERCISE] = exercises.get(chosen)
         except exercises.UnknownExercise as exc:
             raise pytest.UsageError(str(exc)) from None
     if config.getoption("--solution") and config.option.tbstyle == "auto":

@@ -25,7 +25,7 @@ def add_options(parser, *declared: options.Option) -> None:
 
 def chosen_exercise(args) -> exercises.Exercise:
     """The exercise `--exercise` names (args.exercise becomes its id); an unknown one: one line, exit 2."""
-    exercise = options.exercise_named(args.exercise)
+    exercise = exercises.get(args.exercise)
     args.exercise = exercise.id
     return exercise
 

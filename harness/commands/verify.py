@@ -23,8 +23,9 @@ def register(subparsers) -> None:
                     " step N is done. Exit status: 0 done, 1 not yet, 2 cannot check.")
     parser.add_argument("directory", type=Path, help="the learner's directory, e.g. /root/qr")
     options.STEP.add_to(parser, action="store", default=None, required=True, help="the lab step to verify")
-    for option in live_options():
-        option.add_to(parser, help=f"the learner's own server, only read from (default: {option.live_default})")
+    for broker in live_brokers():   # no default here: the exercise's broker gives it (live_url)
+        broker.live_option.add_to(parser, default=None,
+                                  help=f"the learner's own server, only read from (default: {broker.live_default})")
     add_options(parser, options.EXERCISE, options.LANG)
 
 
@@ -45,24 +46,14 @@ def run(args) -> int:
     return 0 if result.done else 1
 
 
-class _LiveOption:
-    """A broker's option naming the learner's own server, with that broker's default."""
-
-    def __init__(self, broker):
-        self.option, self.live_default = broker.live_option, broker.live_default
-
-    def add_to(self, parser, help: str) -> None:
-        self.option.add_to(parser, help=help, default=None)
-
-
-def live_options() -> list[_LiveOption]:
-    """Each broker's live-server option, once (two brokers may share a flag)."""
+def live_brokers() -> list:
+    """The brokers whose option names a learner's own server, one per flag (two brokers may share one)."""
     from retrylab import brokers
     found = {}
     for kind in options.broker_kinds():
         broker = brokers.get(kind)
         if broker.live_option is not None:
-            found.setdefault(broker.live_option.flags, _LiveOption(broker))
+            found.setdefault(broker.live_option.flags, broker)
     return list(found.values())
 
 

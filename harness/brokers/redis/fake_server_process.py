@@ -26,7 +26,8 @@ import sys
 import threading
 import time
 
-from retrylab.spawn import kill_group
+from retrylab.brokers import BackendUnavailable
+from retrylab.spawn import kill_group, spawn_server
 
 UID_RANGE = (2_100_000_000, 2_140_000_000)   # beside the sandbox's learner uids (2.0e9-2.1e9), never a real user
 MEMORY_LIMIT = 1536 << 20                    # address space of the child: a memory bomb stops here
@@ -52,7 +53,6 @@ class FakeServerProcess:
         self._pending = b""          # what the child wrote after the last whole line read
 
     def start(self) -> FakeServerProcess:
-        from retrylab.spawn import spawn_server
         proc = spawn_server([sys.executable, "-I", "-m", "retrylab.brokers.redis.fake_server_process"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             close_fds=True, bufsize=0)
@@ -69,7 +69,6 @@ class FakeServerProcess:
 
     def _line(self, timeout: float) -> str:
         """The child's next line, within `timeout` seconds."""
-        from retrylab.brokers import BackendUnavailable
         deadline = time.monotonic() + timeout
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._pending:
@@ -90,8 +89,7 @@ class FakeServerProcess:
             self.start()
         with self._lock:
             if self._proc is None:           # stopped meanwhile (the grading is ending)
-                from retrylab.brokers import BackendUnavailable
-                raise BackendUnavailable("the fake Redis server process was stopped")
+                    raise BackendUnavailable("the fake Redis server process was stopped")
             try:
                 if not self._ready:
                     if self._line(READY_TIMEOUT) != "ready":

@@ -1,10 +1,8 @@
 """A private `redis-server` process (the redis-server backend's servers, and tests that need a real Redis)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +12,7 @@ import redis
 from retrylab import tempdirs
 from retrylab.brokers import BackendUnavailable
 from retrylab.brokers.redis.endpoint import Endpoint, free_port
-from retrylab.spawn import server_uid, spawn_server
+from retrylab.spawn import kill_group, server_uid, spawn_server
 
 
 # Every private redis-server: a memory limit (a learner's memory bomb gets OOM errors, not the machine's memory),
@@ -78,10 +76,7 @@ class RedisServerProcess:
 
     def _stop_process(self) -> None:
         if self._proc and self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGKILL)   # its group: itself, and any child it forked
-            self._proc.kill()
-            self._proc.wait()
+            kill_group(self._proc)   # its group: itself, and any child it forked
 
     def stop(self) -> None:
         self._stop_process()
