@@ -74,10 +74,18 @@ class RunClock:
     learner is `real time + offset`, and so is `now()` here: what the broker's time (answered by its relay)
     must say for the run."""
 
-    def __init__(self, start: float = 0.0):
+    def __init__(self, start: float = 0.0, *, virtual: bool = True):
         self.start = float(start)
         self._offset = self.start
         self._lock = threading.Lock()
+        self.virtual = virtual
+
+    @classmethod
+    def real(cls) -> "RunClock":
+        """A run on real time: the learner's sleeps really wait and its clocks are the machine's. For an
+        exercise whose waits are the broker's own (a min-idle time on the server, a redelivery delay) or
+        whose output is compared with what the harness samples in real time (a lag series)."""
+        return cls(0.0, virtual=False)
 
     @classmethod
     def for_learner_run(cls) -> "RunClock":
@@ -90,7 +98,7 @@ class RunClock:
 
     def advance(self, seconds: float) -> float:
         with self._lock:
-            if seconds > 0:
+            if seconds > 0 and self.virtual:
                 self._offset += min(float(seconds), _MAX_SLEEP)
             return self._offset
 

@@ -256,11 +256,16 @@ class Catalog:
     def __init__(self, directory: Path, english: Mapping[str, str] | None = None):
         self.directory = Path(directory)
         self.messages: dict[str, dict[str, Message]] = {}
+        self._twice: list[str] = []
         for lang in LANGUAGES:
-            path = self.directory / f"{lang}.toml"
             found: dict[str, Message] = {}
-            if path.is_file():
-                _flatten(tomllib.loads(path.read_text(encoding="utf-8")), "", found, path)
+            # <lang>.toml, then any <lang>.<part>.toml: a large catalog may be kept in parts (one per step)
+            for path in (self.directory / f"{lang}.toml", *sorted(self.directory.glob(f"{lang}.*.toml"))):
+                if path.is_file():
+                    part: dict[str, Message] = {}
+                    _flatten(tomllib.loads(path.read_text(encoding="utf-8")), "", part, path)
+                    self._twice += [f"{path.name}: {key} is also in another part" for key in sorted(set(part) & set(found))]
+                    found.update(part)
             self.messages[lang] = found
         self.external = frozenset(english or ())
         for key, text in (english or {}).items():
@@ -282,7 +287,7 @@ class Catalog:
 
     def problems(self) -> list[str]:
         """Everything that keeps this catalog from being complete and consistent."""
-        found = []
+        found = list(self._twice)
         english = self.messages[DEFAULT]
         for lang in LANGUAGES:
             messages = self.messages[lang]

@@ -171,8 +171,8 @@ class LearnerRunner:
 
     def run(self, script: str, endpoint, *, timeout: float,
             stop_when: StopCondition | None = None, app: Application | None = None,
-            run_clock: RunClock | None = None) -> ScriptRun:
-        """Run `script` until it exits, `stop_when` (retrylab.settle) says to stop it, it makes more
+            run_clock: RunClock | None = None, args: tuple[str, ...] = ()) -> ScriptRun:
+        """Run `script` (with command-line `args`) until it exits, `stop_when` (retrylab.settle) says to stop it, it makes more
         calls of the application than the channel allows, or `timeout` seconds pass: an outer bound
         for a run that does not finish, fewer if the current step's time limit comes first (the run is
         then cut short and the clock is told, so the step fails for its time limit). A run that a
@@ -182,25 +182,27 @@ class LearnerRunner:
         `link(sandbox, run_clock)` is the run's way to it. `app` decides the application module's calls
         (by default a fresh one of the runner's `application`, knowing no seeded message); `run_clock`
         is the run's virtual clock (by default a new one, days ahead of real
-        time: take it from the caller when it compares a learner's timestamps with the run's time)."""
+        time: take it from the caller when it compares a learner's timestamps with the run's time; RunClock.real()
+        for a run on real time)."""
         if not (self.submission / script).is_file():
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
         if app is None and self.application:
             app = load_application(self.application)
         run_clock = run_clock or RunClock.for_learner_run()
-        first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock)
+        first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock, args)
         if not _starved(first):
             return first
         again = None if first.timing.cut else self._run_once(script, endpoint, timeout, stop_when, app, run_clock,
-                                                               attempt=2)
+                                                               args, attempt=2)
         if again is None or _starved(again):
             raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0,
                                            broker=first.result.broker))
         return again
 
     def _run_once(self, script: str, endpoint, timeout: float, stop_when: StopCondition,
-                  app: Application | None, run_clock: RunClock, attempt: int = 1) -> ScriptRun:
+                  app: Application | None, run_clock: RunClock, args: tuple[str, ...] = (),
+                  attempt: int = 1) -> ScriptRun:
         left = self.clock.remaining() if self.clock else None
         by_step_limit = left is not None and left - RUN_MARGIN < timeout
         if by_step_limit:
@@ -215,7 +217,8 @@ class LearnerRunner:
                 AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel:
             progress = Progress(link, channel, sandbox)
             env = {**link.env, "RETRYLAB_APP_SOCKET": str(channel.path),
-                   "RETRYLAB_CLOCK_OFFSET": repr(run_clock.offset)}   # where the learner's clocks start
+                   "RETRYLAB_CLOCK_OFFSET": repr(run_clock.offset),   # where the learner's clocks start
+                   "RETRYLAB_CLOCK_VIRTUAL": "1" if run_clock.virtual else "0"}
             if app is not None:
                 env.update(RETRYLAB_APP_MODULE=app.module, RETRYLAB_APP_STUB=str(app.stub))
             stops: list[Stop] = []
@@ -234,7 +237,7 @@ class LearnerRunner:
                 progress.stopped_at = time.monotonic()
                 return True
             prepared, wall_start = time.monotonic(), time.time()
-            result = sandbox.run(script, env=env, timeout=timeout, stop_when=settled)
+            result = sandbox.run(script, args=args, env=env, timeout=timeout, stop_when=settled)
             commands = tuple(link.commands())
             reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
             result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0], broker=link.broker_name,

@@ -327,7 +327,7 @@ class Sandbox:
         env.update(extra)
         return env
 
-    def run(self, script: str, *, env: dict[str, str], timeout: float,
+    def run(self, script: str, *, env: dict[str, str], timeout: float, args: tuple[str, ...] = (),
             stop_when: Callable[[], bool] | None = None, poll: float = 0.02) -> ScriptResult:
         started = time.monotonic()
         run_id = f"{os.environ.get(RUN_TAG_VARIABLE, 'run')}-{secrets.token_hex(6)}"
@@ -339,7 +339,7 @@ class Sandbox:
         status_r, status_w = os.pipe()
         config_r, config_w = os.pipe()
         try:
-            config = self._config(script, learner_env, status_w, [cgroup] if cgroup else [])
+            config = self._config(script, learner_env, status_w, [cgroup] if cgroup else [], args)
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", "-c", _SUPERVISOR_CMD, str(config_r)],
                 cwd="/", env={"PATH": learner_env["PATH"]}, pass_fds=(status_w, config_r),
@@ -401,7 +401,8 @@ class Sandbox:
                             limit=self._limit_hit(report, returncode, stopped, stderr),
                             peak_processes=report.get("peak_processes"))
 
-    def _config(self, script: str, env: dict[str, str], status_fd: int, cgroups: list[str]) -> dict:
+    def _config(self, script: str, env: dict[str, str], status_fd: int, cgroups: list[str],
+                args: tuple[str, ...] = ()) -> dict:
         limits = self.limits
         rlimits = [(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
                    (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
@@ -429,7 +430,7 @@ class Sandbox:
         elif self.uid is not None:
             needed = set(needed_paths()) | {self.root.resolve()} | {f.parent for f in files}
             expose = exposures(needed)
-        return {"argv": [sys.executable, script], "cwd": str(self.workdir), "env": env,
+        return {"argv": [sys.executable, script, *map(str, args)], "cwd": str(self.workdir), "env": env,
                 "rlimits": rlimits, "uid": self.uid, "gid": self.gid, "expose": expose,
                 "namespaces": namespaces, "bwrap": self.containment.bwrap, "mounts": mounts,
                 "helpers": helpers,

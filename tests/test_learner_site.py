@@ -120,3 +120,23 @@ def test_the_runs_clock_is_days_ahead_of_every_real_time_source(tmp_path, backen
     assert local - began > ahead and now - began > ahead and server - began > ahead, (local, now, server, began)
     assert abs(server - local) < 5 and abs(call.t - local) < 5   # one clock: the learner's, TIME's, the record's
     assert abs(lua - began) < 60, (lua, began)   # the server's real time, days behind the run's
+
+
+def test_a_run_on_real_time_sleeps_for_real_and_gets_its_arguments(tmp_path):
+    """RunClock.real(): an exercise whose waits are the broker's own (a min-idle time) or whose output is
+    compared with real-time samples; the script's command-line arguments reach it as given."""
+    code = ("import json, sys, time\n"
+            "t, m = time.time(), time.monotonic()\ntime.sleep(0.3)\n"
+            "print(json.dumps([t, time.monotonic() - m, sys.argv[1:]]))\n")
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "clock.py").write_text(code)
+    backend = FakeBackend()
+    with backend.private() as endpoint:
+        before = time.time()
+        run = LearnerRunner(folder).run("clock.py", endpoint, timeout=30, run_clock=RunClock.real(),
+                                        args=("--count", "7"))
+    started, slept, argv = json.loads(run.result.stdout)
+    assert abs(started - before) < 5       # the machine's time, not days ahead
+    assert 0.3 <= slept < 2
+    assert argv == ["--count", "7"]

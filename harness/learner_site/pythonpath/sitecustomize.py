@@ -9,7 +9,8 @@ Three things make learner code run unchanged yet hermetically and fast:
    so a real /opt/app on a lab machine cannot shadow it; it hands each call to the harness over the
    socket RETRYLAB_APP_SOCKET;
 3. time is virtual: sleeping returns at once and moves the run's clock (kept by the harness) forward,
-   so a worker that backs off for 15 s is graded in well under a second.
+   so a worker that backs off for 15 s is graded in well under a second; unless the run is on real
+   time (RETRYLAB_CLOCK_VIRTUAL=0: an exercise whose waits are the broker's own, see RunClock.real).
 Everything here must be cheap: it runs at the start of every learner process.
 """
 import os
@@ -20,7 +21,8 @@ def _install():
     if os.environ.get("RETRYLAB_SITE_ACTIVE") != "1":
         return
     from retrylab.learner_site import app_loader, broker_redirect, virtual_clock
-    virtual_clock.install()
+    if os.environ.get("RETRYLAB_CLOCK_VIRTUAL") != "0":
+        virtual_clock.install()
     app_loader.install(os.environ.get("RETRYLAB_APP_MODULE", ""), os.environ.get("RETRYLAB_APP_STUB", ""))
     broker_redirect.install(os.environ.get("RETRYLAB_BROKER_REDIRECT", ""))
 
