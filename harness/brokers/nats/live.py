@@ -87,9 +87,11 @@ class LiveNats:
             async def quiet(_error):    # nats-py's default logs every connection error
                 pass
             try:
-                self._client = self._loop.run_until_complete(nats.connect(
-                    self.url, connect_timeout=CONNECT_TIMEOUT, allow_reconnect=False, max_reconnect_attempts=0,
-                    error_cb=quiet))
+                # nats-py retries a server that refuses for ever unless told otherwise (0 attempts means no
+                # limit): one attempt per server, and a bound on the whole
+                self._client = self._loop.run_until_complete(asyncio.wait_for(nats.connect(
+                    self.url, connect_timeout=CONNECT_TIMEOUT, allow_reconnect=False, max_reconnect_attempts=1,
+                    reconnect_time_wait=0.1, error_cb=quiet), 2 * CONNECT_TIMEOUT + 1))
             except nats.errors.Error as exc:
                 if "invalid" in str(exc).lower() or "url" in str(exc).lower():
                     raise CannotCheck(catalog.text("verify.bad_url", None, url=self.shown, error=exc)) from None

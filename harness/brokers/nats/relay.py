@@ -32,9 +32,12 @@ from dataclasses import dataclass
 
 from retrylab.brokers.nats.protocol import Framer
 
-__all__ = ["Frame", "MAX_CONNECTIONS", "RecordingRelay"]
+__all__ = ["Frame", "KEEP", "MAX_CONNECTIONS", "MAX_KEPT_BYTES", "MAX_RECORDS", "RecordingRelay"]
 
 MAX_CONNECTIONS = 256
+MAX_RECORDS = 50_000        # records kept each way (learner ops, deliveries) per relay, i.e. per learner run
+MAX_KEPT_BYTES = 8 << 20    # payload bytes kept in all those records
+KEEP = 4096                 # payload bytes kept per record
 _RECV = 65536
 _CONNECT_TIMEOUT = 5.0
 _CLOSE_BUDGET = 0.8         # close() joins threads for at most this long in total
@@ -75,13 +78,14 @@ class _Conn:
 class RecordingRelay:
     """See the module's text. Start it (`start()` or `with`), then read `address`."""
 
-    def __init__(self, upstream: tuple[str, int], *, keep: int = 4096, max_records: int = 50_000,
-                 max_kept_bytes: int = 8 << 20, max_connections: int = MAX_CONNECTIONS):
+    def __init__(self, upstream: tuple[str, int], *, keep: int | None = None, max_records: int | None = None,
+                 max_kept_bytes: int | None = None, max_connections: int | None = None):
         self._upstream = (upstream[0], int(upstream[1]))
-        self._keep = keep
-        self._max_records = max_records
-        self._max_kept = max_kept_bytes
-        self._max_connections = max_connections
+        # the module's limits as they are when the relay is made (tests lower them)
+        self._keep = KEEP if keep is None else keep
+        self._max_records = MAX_RECORDS if max_records is None else max_records
+        self._max_kept = MAX_KEPT_BYTES if max_kept_bytes is None else max_kept_bytes
+        self._max_connections = MAX_CONNECTIONS if max_connections is None else max_connections
         self._lock = threading.Lock()
         self._sent: list[Frame] = []
         self._delivered: list[Frame] = []
@@ -175,6 +179,11 @@ class RecordingRelay:
         """What the server sent learners, in order (MSG, HMSG, -ERR)."""
         with self._lock:
             return list(self._delivered)
+
+    @property
+    def kept_bytes(self) -> int:
+        """Payload bytes the records hold (at most max_kept_bytes)."""
+        return self._kept
 
     def connections(self) -> int:
         """Connections accepted so far (refused ones not counted)."""
