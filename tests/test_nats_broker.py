@@ -14,20 +14,20 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from helpers import wait_until
 from retrylab import brokers, sandbox
 from retrylab.appchannel import RunClock
 from retrylab.brokers import BackendUnavailable
 from retrylab.brokers.nats import binary, relay
-from retrylab.brokers.nats.admin import AdminClient
 from retrylab.brokers.nats.backend import NatsServerBackend
 from retrylab.brokers.nats.endpoint import free_port
 from retrylab.brokers.nats.live import LiveNats
+from retrylab.brokers.nats.protocol import Framer
 from retrylab.brokers.nats.relay import RecordingRelay
 from retrylab.brokers.nats.server_process import NatsServerProcess
 from retrylab.runner import LearnerRunner
@@ -275,7 +275,8 @@ LEARNER = textwrap.dedent("""
         seen = {}
         for label, args in (("no-servers", ()), ("literal-4222", ("nats://127.0.0.1:4222",)),
                             ("servers-kw", None), ("NATS_URL", (os.environ["NATS_URL"],)),
-                            ("a-list", (["nats://10.1.2.3:4222", "tls://broker.example:4443"],))):
+                            ("a-list", (["nats://10.1.2.3:4222", "tls://broker.example:4443"],)),
+                            ("tls", ("tls://broker.example:4443",)), ("websocket", ("ws://127.0.0.1:8080",))):
             if args is None:
                 nc = await nats.connect(servers="nats://127.0.0.1:4222", connect_timeout=3)
             else:
@@ -316,7 +317,7 @@ def test_every_nats_py_connection_reaches_the_private_server_through_the_relay(t
     run = runner.run("script.py", endpoint, timeout=60)
     assert run.result.returncode == 0, run.result.describe() + run.result.stderr_tail()
     seen = json.loads(run.result.stdout)
-    labels = ["no-servers", "literal-4222", "servers-kw", "NATS_URL", "a-list"]
+    labels = ["no-servers", "literal-4222", "servers-kw", "NATS_URL", "a-list", "tls", "websocket"]
     assert list(seen) == labels
     for label, what in seen.items():
         assert what["stream"] == "EVENTS", label    # a stream only the private server has
@@ -325,7 +326,7 @@ def test_every_nats_py_connection_reaches_the_private_server_through_the_relay(t
         assert "10.9.9.9:4222" not in what["pool"], label     # (a server not tried yet stays named: tried, it goes to the relay)
     # the messages are on the private server, in order; the relay saw each publish
     with endpoint.admin() as admin:
-        stored = [admin.get_msg("EVENTS", seq)["data"].decode() for seq in range(1, 6)]
+        stored = [admin.get_msg("EVENTS", seq)["data"].decode() for seq in range(1, len(labels) + 1)]
     assert stored == labels
     published = [c for c in run.commands if c.op == "PUB" and c.subject == "events.created"]
     assert [c.data.decode() for c in published] == labels
@@ -440,3 +441,41 @@ def test_the_engine_sees_the_nats_broker():
     assert broker.live_option.flags == ("--nats-url",)
     with pytest.raises(BackendUnavailable):
         broker.make_backend("fake")
+
+
+# -- the protocol framer ---------------------------------------------------------------------------------
+
+STREAM = (b'INFO {"server_id":"s","port":4222}\r\nCONNECT {"pass":"p q"}\r\nPING\r\npub a.b _INBOX.x 11\r\nhello world\r\n'
+          b"HPUB a.c 12 14\r\nNATS/1.0\r\n\r\nhi\r\nSUB a.* q 9\r\nUNSUB 9 3\r\nMSG a.b 9 $JS.ACK.S.c.1.2.3.4.0 0\r\n\r\n"
+          b"HMSG a.b 9 12 12\r\nNATS/1.0\r\n\r\n\r\n-ERR 'Unknown Protocol Operation'\r\nPONG\r\n")
+OPS = [("INFO", [b'{"server_id":"s","port":4222}'], 0, 0, b""), ("CONNECT", [b'{"pass":"p q"}'], 0, 0, b""),
+       ("PING", [], 0, 0, b""), ("PUB", [b"a.b", b"_INBOX.x"], 11, 0, b"hello"),
+       ("HPUB", [b"a.c"], 14, 12, b"NATS/"), ("SUB", [b"a.*", b"q", b"9"], 0, 0, b""),
+       ("UNSUB", [b"9", b"3"], 0, 0, b""), ("MSG", [b"a.b", b"9", b"$JS.ACK.S.c.1.2.3.4.0"], 0, 0, b""),
+       ("HMSG", [b"a.b", b"9"], 12, 12, b"NATS/"), ("-ERR", [b"'Unknown Protocol Operation'"], 0, 0, b""),
+       ("PONG", [], 0, 0, b"")]
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in zip(points, points[1:])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0), max_size=40))
+def test_the_framer_reads_the_same_ops_however_the_stream_is_cut(cuts):
+    ops: list = []
+    framer = Framer(lambda *op: ops.append(op), keep=5, rewrite=lambda op, line: line)
+    out = b"".join(bytes(framer.feed(chunk)) for chunk in _chunks(STREAM, cuts))
+    assert ops == OPS and out == STREAM and not framer.confused
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0), max_size=20), st.sampled_from([
+    b"PUB a 2\r\nabXY", b"PUB a two\r\n", b"HPUB a 9 3\r\nabc\r\n", b"PUB " + b"a" * 70_000 + b" 1\r\n",
+]))
+def test_a_stream_the_framer_cannot_follow_still_passes_unchanged(cuts, bad):
+    data = b"PING\r\n" + bad + b"PUB after 1\r\nz\r\n"
+    framer = Framer(lambda *op: None, rewrite=lambda op, line: line)
+    out = b"".join(bytes(framer.feed(chunk)) for chunk in _chunks(data, cuts))
+    assert framer.confused and out == data

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from retrylab.brokers.nats.admin import AdminClient, Monitor
 
-MESSAGES_PER_STREAM = 1000      # a snapshot reads at most this many messages of each stream ...
-MESSAGE_BYTES = 16 << 20        # ... and this many payload bytes in all
+MESSAGES_PER_STREAM = 1000      # a snapshot reads at most this many messages of each stream,
+MESSAGES = 10_000               # this many in all (one JetStream request each),
+MESSAGE_BYTES = 16 << 20        # and this many payload bytes in all
 
 
 def shape(monitor: Monitor) -> tuple:
@@ -48,7 +49,7 @@ class StreamContent:
 def dump(admin: AdminClient) -> dict[str, StreamContent]:
     """Every stream by name (see the module's text)."""
     streams: dict[str, StreamContent] = {}
-    budget = MESSAGE_BYTES
+    budget, left = MESSAGE_BYTES, MESSAGES
     for info in admin.paged("STREAM.LIST", "streams"):
         config, state = info.get("config") or {}, info.get("state") or {}
         name = config.get("name", "")
@@ -56,7 +57,7 @@ def dump(admin: AdminClient) -> dict[str, StreamContent]:
         content = StreamContent(config, state, consumers)
         seq, last = state.get("first_seq", 1) or 1, state.get("last_seq", 0)
         while seq <= last:
-            if len(content.messages) >= MESSAGES_PER_STREAM or budget <= 0:
+            if len(content.messages) >= MESSAGES_PER_STREAM or budget <= 0 or left <= 0:
                 content.truncated = True
                 break
             message = admin.get_msg(name, seq, next_by_subj=">")
@@ -65,6 +66,7 @@ def dump(admin: AdminClient) -> dict[str, StreamContent]:
             content.messages.append(StoredMessage(message["seq"], message["subject"], message["headers"],
                                                   message["data"], message["time"]))
             budget -= len(message["data"]) + len(message["headers"])
+            left -= 1
             seq = message["seq"] + 1
         streams[name] = content
     return streams
