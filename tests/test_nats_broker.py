@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -479,3 +480,33 @@ def test_a_stream_the_framer_cannot_follow_still_passes_unchanged(cuts, bad):
     framer = Framer(lambda *op: None, rewrite=lambda op, line: line)
     out = b"".join(bytes(framer.feed(chunk)) for chunk in _chunks(data, cuts))
     assert framer.confused and out == data
+
+
+SLEEPER = textwrap.dedent("""
+    import asyncio, json, time, nats
+
+    async def main():
+        nc = await nats.connect()
+        js = nc.jetstream()
+        began, real = time.time(), time.perf_counter()
+        for _ in range(10):
+            await asyncio.sleep(60)             # the learner's waits: on the run's virtual clock
+        slept = time.time() - began
+        ack = await js.publish("events.created", b"after an hour", timeout=5)
+        await nc.close()
+        print(json.dumps({"slept": slept, "seq": ack.seq, "reconnects": nc.stats["reconnects"]}))
+
+    asyncio.run(main())
+""")
+
+
+def test_nats_py_keeps_its_own_waits_off_the_virtual_clock(tmp_path, endpoint):
+    """nats-py's ping task sleeps 120 s in a loop: on the virtual clock it would spin, moving time on so that
+    every request's timeout expired at once. The learner's own sleeps stay virtual."""
+    began = time.monotonic()
+    run = LearnerRunner(_submission(tmp_path, SLEEPER), learner_imports=("nats",)).run("script.py", endpoint, timeout=60)
+    assert run.result.returncode == 0, run.result.describe() + run.result.stderr_tail()
+    seen = json.loads(run.result.stdout)
+    assert 600 <= seen["slept"] < 700 and seen["seq"] == 1 and seen["reconnects"] == 0
+    assert time.monotonic() - began < 30
+    assert [c.op for c in run.commands].count("CONNECT") == 1
