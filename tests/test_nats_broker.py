@@ -510,3 +510,30 @@ def test_nats_py_keeps_its_own_waits_off_the_virtual_clock(tmp_path, endpoint):
     assert 600 <= seen["slept"] < 700 and seen["seq"] == 1 and seen["reconnects"] == 0
     assert time.monotonic() - began < 30
     assert [c.op for c in run.commands].count("CONNECT") == 1
+
+
+FIXTURE_USER = textwrap.dedent("""
+    import json, os
+    pytest_plugins = ["retrylab.brokers.nats.fixtures"]
+
+    def test_two_checks_get_private_empty_servers(nats_backend):
+        with nats_backend.private() as endpoint:
+            with endpoint.admin() as admin:
+                admin.js("STREAM.CREATE.EVENTS", {"name": "EVENTS", "subjects": ["events.>"]})
+            pid = nats_backend.server(endpoint).pid
+        with nats_backend.private() as endpoint:
+            assert endpoint.monitor().streams() == []
+        with open(os.environ["PIDS_FILE"], "w") as f:
+            json.dump([pid], f)
+""")
+
+
+def test_the_session_fixture_gives_checks_private_servers_and_stops_them(tmp_path):
+    (tmp_path / "test_user.py").write_text(FIXTURE_USER)
+    pids_file = tmp_path / "pids.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_user.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PIDS_FILE": str(pids_file)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    (pid,) = json.loads(pids_file.read_text())
+    assert not _alive(pid)
