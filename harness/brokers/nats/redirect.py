@@ -12,10 +12,11 @@ reconnects to another address. Cheap: nothing is imported until the learner impo
 
 nats-py's own background waits run on the loop's clock, not on the learner site's virtual one
 (retrylab.learner_site.virtual_clock: `asyncio.sleep` advances the run's clock at once). Its ping task
-sleeps `ping_interval` (120 s) in a loop: on the virtual clock that loop spins, each turn moving time 120 s
-ahead (every pending request and fetch timeout then expires at once) and sending a PING, until two
-unanswered PINGs drop the connection as stale. So nats-py's modules see an `asyncio` whose `sleep` is the
-loop's own; the learner's `asyncio.sleep` stays virtual.
+sleeps `ping_interval` (120 s) in a loop: on the virtual clock that loop spins, each turn moving the clock
+120 s on and sending a PING, so every pending request's or fetch's timeout expires at once (measured: a
+`js.publish` right after connecting timed out). So nats-py's modules see an `asyncio` whose `sleep` is the
+loop's own (the event loop's clock still follows the virtual one: a learner's long sleep lets one ping
+through, as that much real time would); the learner's own `asyncio.sleep` stays virtual.
 """
 import os
 
