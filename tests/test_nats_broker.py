@@ -25,6 +25,7 @@ from retrylab import brokers, sandbox
 from retrylab.appchannel import RunClock
 from retrylab.brokers import BackendUnavailable
 from retrylab.brokers.nats import binary, relay
+from retrylab.brokers.nats.admin import JetStreamError
 from retrylab.brokers.nats.backend import NatsServerBackend
 from retrylab.brokers.nats.endpoint import free_port
 from retrylab.brokers.nats.live import LiveNats
@@ -184,6 +185,13 @@ def test_a_server_that_died_is_replaced_by_a_new_one():
             assert _info(replacement.port)["jetstream"]
     finally:
         backend.stop()
+
+
+def test_a_private_server_bounds_what_jetstream_may_store(endpoint):
+    with endpoint.admin() as admin:
+        with pytest.raises(JetStreamError) as caught:
+            admin.js("STREAM.CREATE.BIG", {"name": "BIG", "subjects": ["big.>"], "max_bytes": 1 << 30})
+    assert "insufficient" in caught.value.description
 
 
 # -- the relay -----------------------------------------------------------------------------------------

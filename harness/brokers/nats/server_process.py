@@ -30,8 +30,8 @@ max_payload: 1MB
 log_file: "{folder}/server.log"
 jetstream {{
   store_dir: "{folder}/store"
-  max_memory_store: 256MB
-  max_file_store: 1GB
+  max_memory_store: 64MB
+  max_file_store: 256MB
 }}
 """
 
