@@ -545,3 +545,24 @@ def test_the_session_fixture_gives_checks_private_servers_and_stops_them(tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     (pid,) = json.loads(pids_file.read_text())
     assert not _alive(pid)
+
+
+def test_the_harness_client_publishes_and_collects_what_arrives(endpoint, monkeypatch):
+    from retrylab.brokers.nats import admin as admin_module
+
+    monkeypatch.setattr(admin_module, "COLLECTED", 5)
+    with endpoint.admin() as admin, endpoint.admin() as other:
+        sid = admin.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
+        other.publish("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.EVENTS.w", b'{"stream_seq": 2}')
+        ack = other.js_publish("events.created", b"p", headers=b"NATS/1.0\r\nNats-Msg-Id: dlq-2\r\n\r\n")
+        again = other.js_publish("events.created", b"p", headers=b"NATS/1.0\r\nNats-Msg-Id: dlq-2\r\n\r\n")
+        assert (ack["stream"], ack["seq"]) == ("EVENTS", 1) and again.get("duplicate") is True
+        got = admin.received(sid, wait=0.05)
+        assert [(m.subject, m.data) for m in got] == [("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.EVENTS.w",
+                                                       b'{"stream_seq": 2}')]
+        for n in range(8):      # a flood: kept up to the cap, the rest counted
+            other.publish("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.EVENTS.w", b"%d" % n)
+        assert [m.data for m in admin.received(sid)] == [b"0", b"1", b"2", b"3", b"4"]
+        assert admin.overflow[sid] == 3 and admin.received(sid) == []
+        with pytest.raises(JetStreamError):
+            other.js_publish("events.created", b"x", headers=b"NATS/1.0\r\nNats-Expected-Stream: NOPE\r\n\r\n")

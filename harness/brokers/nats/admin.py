@@ -14,11 +14,15 @@ import json
 import secrets
 import socket
 import time
+from dataclasses import dataclass
 
 from retrylab.brokers.nats.protocol import Framer
 
 _CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"protocol":1,' \
            b'"name":"retrylab-harness","lang":"python"}\r\nPING\r\n'
+
+
+COLLECTED = 10_000      # messages a subscription keeps between two `received`
 
 
 class NatsError(RuntimeError):
@@ -31,18 +35,32 @@ class JetStreamError(NatsError):
         self.code, self.err_code, self.description = code, err_code, description
 
 
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    reply: str
+    headers: bytes      # the header block as sent ("NATS/1.0\r\n..."), b"" if none
+    data: bytes
+
+
 class AdminClient:
-    """One connection to the server; `request` sends a message and waits for its reply, `js` a JetStream
-    API request. Not thread-safe: one per thread."""
+    """One connection to the server: `request` sends a message and waits for its reply, `js` a JetStream
+    API request, `publish` a plain message; `subscribe` and `received` collect what arrives on a subject
+    (read whenever the client waits: e.g. advisories during a learner's run, collected after it; a flood
+    beyond COLLECTED per subscription is only counted, and one beyond the server's pending limit for this
+    connection, 64 MB, makes the server drop it as a slow consumer: NatsError on the next use).
+    Not thread-safe: one per thread."""
 
     def __init__(self, host: str, port: int, *, timeout: float = 5.0):
         self.timeout = timeout
         self._inbox = f"_INBOX.retrylab.{secrets.token_hex(8)}"
-        self._replies: collections.deque = collections.deque()
+        self._messages: dict[str, collections.deque] = {"1": collections.deque()}   # by subscription id
         self._pongs = 0
         self._errors: list[str] = []
         self._next = 0
-        self._framer = Framer(self._on_op, keep=1 << 30)   # replies whole: the server caps them at max_payload
+        self._sids = 1
+        self.overflow: dict[str, int] = {}      # by subscription id: messages beyond COLLECTED, only counted
+        self._framer = Framer(self._on_op, keep=1 << 30)   # messages whole: the server caps them at max_payload
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -70,31 +88,56 @@ class AdminClient:
         """Publish `payload` on `subject` and wait for the reply: (its header block, its data)."""
         self._next += 1
         reply = f"{self._inbox}.{self._next}"
-        if headers:
-            line = f"HPUB {subject} {reply} {len(headers)} {len(headers) + len(payload)}\r\n".encode()
-        else:
-            line = f"PUB {subject} {reply} {len(payload)}\r\n".encode()
-        self._send(line + headers + payload + b"\r\n")
-        self._wait(lambda: any(r[0] == reply for r in self._replies), f"a reply on {subject}")
-        while True:
-            subject_got, header_block, data = self._replies.popleft()
-            if subject_got == reply:
-                break
-        if header_block.startswith(b"NATS/1.0 503"):
+        self._send(_pub(subject, reply, payload, headers))
+        replies = self._messages["1"]
+        self._wait(lambda: any(m.subject == reply for m in replies), f"a reply on {subject}")
+        answer = next(m for m in replies if m.subject == reply)
+        self._messages["1"] = collections.deque(m for m in replies if m.subject != reply)  # late ones of others
+        if answer.headers.startswith(b"NATS/1.0 503"):
             raise NatsError(f"no responders for {subject}")
-        return header_block, data
+        return answer.headers, answer.data
+
+    def publish(self, subject: str, payload: bytes = b"", *, headers: bytes = b"") -> None:
+        """A plain message (no reply asked), known to have reached the server when this returns."""
+        self._send(_pub(subject, "", payload, headers))
+        self.flush()
+
+    def js_publish(self, subject: str, payload: bytes = b"", *, headers: bytes = b"") -> dict:
+        """A message to a stream, and its PubAck ({"stream", "seq", "duplicate"?}); JetStreamError if refused."""
+        _, data = self.request(subject, payload, headers=headers)
+        return _answer(subject, data)
+
+    def subscribe(self, subject: str) -> str:
+        """Start collecting messages on `subject` (wildcards allowed); its subscription id, for `received`."""
+        self._sids += 1
+        sid = str(self._sids)
+        self._messages[sid] = collections.deque()
+        self._send(f"SUB {subject} {sid}\r\n".encode())
+        self.flush()
+        return sid
+
+    def received(self, sid: str, *, wait: float = 0.0) -> list[Message]:
+        """What arrived on subscription `sid` since the last call: all the server had sent when this was
+        called, and whatever more comes within `wait` seconds."""
+        self.flush()
+        if wait > 0:
+            deadline = time.monotonic() + wait
+            self._read_until(lambda: time.monotonic() >= deadline)
+        messages = self._messages[sid]
+        taken = list(messages)
+        messages.clear()
+        return taken
+
+    def flush(self) -> None:
+        """Wait until the server has dealt with everything sent so far (a PING answered)."""
+        pongs = self._pongs
+        self._send(b"PING\r\n")
+        self._wait(lambda: self._pongs > pongs, "the server's PONG")
 
     def js(self, api: str, body: dict | None = None) -> dict:
         """A JetStream API request ($JS.API.<api>) and its JSON answer; JetStreamError for an error answer."""
         _, data = self.request(f"$JS.API.{api}", json.dumps(body).encode() if body is not None else b"")
-        try:
-            answer = json.loads(data)
-        except ValueError:
-            raise NatsError(f"$JS.API.{api} answered no JSON: {data[:80]!r}") from None
-        error = answer.get("error") if isinstance(answer, dict) else None
-        if error:
-            raise JetStreamError(error.get("code", 0), error.get("err_code", 0), error.get("description", ""))
-        return answer
+        return _answer(f"$JS.API.{api}", data)
 
     def paged(self, api: str, field: str, body: dict | None = None) -> list:
         """Every item of a paged JetStream list (STREAM.NAMES, STREAM.LIST, CONSUMER.LIST.<stream>, ...)."""
@@ -129,13 +172,16 @@ class AdminClient:
 
     def _wait(self, done, what: str) -> None:
         deadline = time.monotonic() + self.timeout
-        while not done():
+        self._read_until(lambda: done() or time.monotonic() >= deadline)
+        if not done():
+            raise NatsError(f"no answer from the server in {self.timeout:g} s (waiting for {what})")
+
+    def _read_until(self, stop) -> None:
+        """Read what the server sends until `stop()` (asked after each read, and at most every 50 ms)."""
+        while not stop():
             if self._errors:
                 raise NatsError(f"the server answered -ERR {self._errors[-1]}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise NatsError(f"no answer from the server in {self.timeout:g} s (waiting for {what})")
-            self._sock.settimeout(left)
+            self._sock.settimeout(0.05)
             try:
                 data = self._sock.recv(65536)
             except socket.timeout:
@@ -150,13 +196,43 @@ class AdminClient:
 
     def _on_op(self, op: str, fields: list, size: int, header_size: int, kept: bytes) -> None:
         if op in ("MSG", "HMSG"):
-            self._replies.append((fields[0].decode("latin-1"), kept[:header_size], kept[header_size:]))
+            words = [f.decode("utf-8", "replace") for f in fields]
+            sid = words[1] if len(words) > 1 else ""
+            messages = self._messages.get(sid)
+            if messages is None:
+                return
+            if sid != "1" and len(messages) >= COLLECTED:
+                self.overflow[sid] = self.overflow.get(sid, 0) + 1
+            else:
+                messages.append(Message(words[0], words[2] if len(words) > 2 else "", kept[:header_size],
+                                        kept[header_size:]))
         elif op == "PING":
             self._send(b"PONG\r\n")
         elif op == "PONG":
             self._pongs += 1
         elif op == "-ERR":
             self._errors.append(fields[0].decode("utf-8", "replace")[:200])
+
+
+def _pub(subject: str, reply: str, payload: bytes, headers: bytes) -> bytes:
+    to = f" {reply}" if reply else ""
+    if headers:
+        line = f"HPUB {subject}{to} {len(headers)} {len(headers) + len(payload)}\r\n"
+    else:
+        line = f"PUB {subject}{to} {len(payload)}\r\n"
+    return line.encode() + headers + payload + b"\r\n"
+
+
+def _answer(subject: str, data: bytes) -> dict:
+    """A JetStream answer's JSON; JetStreamError for an error answer."""
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise NatsError(f"{subject} answered no JSON: {data[:80]!r}") from None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if error:
+        raise JetStreamError(error.get("code", 0), error.get("err_code", 0), error.get("description", ""))
+    return answer
 
 
 class Monitor:
