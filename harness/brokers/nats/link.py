@@ -53,11 +53,14 @@ class NatsLink:
         return self.relay.learner_ops > 0
 
     def commands(self) -> list[Frame]:
-        """What the learner sent, in order (relay.Frame: PUB, HPUB, SUB, UNSUB, CONNECT)."""
+        """What the learner sent, in order (relay.Frame: PUB, HPUB, SUB, UNSUB, CONNECT), all of it from
+        connections it has closed (its processes ended, say)."""
+        self.relay.drain_closed()
         return self.relay.commands()
 
     def deliveries(self) -> list[Frame]:
         """What the server sent the learner (MSG, HMSG, -ERR), in order."""
+        self.relay.drain_closed()
         return self.relay.deliveries()
 
     def shape(self) -> tuple:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -64,7 +65,7 @@ class Frame:
 
 
 class _Conn:
-    __slots__ = ("num", "client", "upstream", "alive", "threads", "ended")
+    __slots__ = ("num", "client", "upstream", "alive", "threads", "ended", "read_all")
 
     def __init__(self, num: int, client: socket.socket):
         self.num = num
@@ -73,6 +74,7 @@ class _Conn:
         self.alive = 0                  # pump threads still running (the last closes both sockets)
         self.threads: list[threading.Thread] = []
         self.ended = False
+        self.read_all = False           # the learner's side is read to its end (or the pair ended)
 
 
 class RecordingRelay:
@@ -185,6 +187,19 @@ class RecordingRelay:
         """Payload bytes the records hold (at most max_kept_bytes)."""
         return self._kept
 
+    def drain_closed(self, timeout: float = 1.0) -> None:
+        """Wait (at most `timeout`) until what learners sent on connections they have closed is read and
+        recorded. A learner's last publishes (an ack, say) may still sit unread in the relay's socket when
+        its process has exited: read now, they would be missing from the record. Connections still open
+        on the learner's side are not waited for."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                conns = [c for c in self._conns.values() if not c.read_all]
+            if not any(_peer_closed(c.client) for c in conns):
+                return
+            time.sleep(0.002)
+
     def connections(self) -> int:
         """Connections accepted so far (refused ones not counted)."""
         return self._conn_count
@@ -243,6 +258,7 @@ class RecordingRelay:
             framer = Framer(lambda *op: self._on_learner_op(conn, *op), keep=self._keep)
             self._pump(conn.client, upstream, framer.feed, forward_result=False)
         finally:
+            conn.read_all = True
             self._pump_exit(conn)
 
     def _server_to_learner(self, conn: _Conn) -> None:
@@ -356,6 +372,19 @@ def _nodelay(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError:
         pass
+
+
+_HUNG_UP = select.POLLHUP | getattr(select, "POLLRDHUP", 0)
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether the other end of `sock` has closed (or shut down writing): poll, nothing read."""
+    fd = sock.fileno()
+    if fd < 0:
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | _HUNG_UP)
+    return any(events & _HUNG_UP for _, events in poller.poll(0))
 
 
 def _wake(listener: socket.socket) -> None:
