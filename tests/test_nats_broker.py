@@ -592,3 +592,19 @@ def test_what_a_learner_sent_before_closing_is_all_recorded_when_asked(endpoint)
             assert time.monotonic() - began < 0.5
         finally:
             live.close()
+
+
+def test_a_server_that_never_gets_ready_is_stopped_and_said_in_one_line(tmp_path, monkeypatch):
+    from retrylab.brokers.nats import server_process
+
+    monkeypatch.setattr(server_process, "READY_LIMIT", 0.3)
+    monkeypatch.setattr(server_process, "_info", lambda endpoint: {"server_name": "a stranger", "jetstream": True})
+    server = NatsServerProcess()
+    started: list = []
+    original = server_process.spawn_server
+    monkeypatch.setattr(server_process, "spawn_server", lambda *a, **k: started.append(original(*a, **k)) or started[-1])
+    with pytest.raises(BackendUnavailable) as caught:
+        server.start()
+    assert "did not start on a free port (5 tries)" in str(caught.value) and "\n" not in str(caught.value)
+    assert len(started) == 5 and not any(_alive(p.pid) for p in started)
+    assert server.folder is None

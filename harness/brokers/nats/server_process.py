@@ -65,6 +65,13 @@ class NatsServerProcess:
 
     def start(self) -> Endpoint:
         self._dir = tempdirs.make("nats")
+        try:
+            return self._start()
+        except BaseException:   # BackendUnavailable, or an interrupt while waiting: nothing left behind
+            self.stop()
+            raise
+
+    def _start(self) -> Endpoint:
         # As root the server runs as a fresh unprivileged uid (as a private redis-server does), when that
         # uid can reach the binary at all (a virtualenv under a private home may not be).
         uid = server_uid() if _others_can_run(self._binary) else None
@@ -87,7 +94,6 @@ class NatsServerProcess:
                 return endpoint
             self._stop_process()
         why = self._last_log_line()
-        self.stop()
         raise BackendUnavailable(f"nats-server {self.version} did not start on a free port (5 tries)"
                                  + (f": {why}" if why else ""))
 
