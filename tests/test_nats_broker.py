@@ -608,3 +608,27 @@ def test_a_server_that_never_gets_ready_is_stopped_and_said_in_one_line(tmp_path
     assert "did not start on a free port (5 tries)" in str(caught.value) and "\n" not in str(caught.value)
     assert len(started) == 5 and not any(_alive(p.pid) for p in started)
     assert server.folder is None
+
+
+REAL_TIME = textwrap.dedent("""
+    import asyncio, json, time, nats
+
+    async def main():
+        nc = await nats.connect()
+        began = time.monotonic()
+        await asyncio.sleep(0.3)
+        ack = await nc.jetstream().publish("events.created", b"on real time")
+        await nc.close()
+        print(json.dumps({"slept": time.monotonic() - began, "seq": ack.seq}))
+
+    asyncio.run(main())
+""")
+
+
+def test_a_run_on_real_time_is_redirected_too(tmp_path, endpoint):
+    run = LearnerRunner(_submission(tmp_path, REAL_TIME), learner_imports=("nats",)).run(
+        "script.py", endpoint, timeout=60, run_clock=RunClock.real())
+    assert run.result.returncode == 0, run.result.describe() + run.result.stderr_tail()
+    seen = json.loads(run.result.stdout)
+    assert 0.3 <= seen["slept"] < 5 and seen["seq"] == 1
+    assert [c.data for c in run.commands if c.op == "PUB" and c.subject == "events.created"] == [b"on real time"]
