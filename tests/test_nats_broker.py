@@ -285,9 +285,12 @@ LEARNER = textwrap.dedent("""
         for label, args in (("no-servers", ()), ("literal-4222", ("nats://127.0.0.1:4222",)),
                             ("servers-kw", None), ("NATS_URL", (os.environ["NATS_URL"],)),
                             ("a-list", (["nats://10.1.2.3:4222", "tls://broker.example:4443"],)),
-                            ("tls", ("tls://broker.example:4443",)), ("websocket", ("ws://127.0.0.1:8080",))):
+                            ("tls", ("tls://broker.example:4443",)), ("websocket", ("ws://127.0.0.1:8080",)),
+                            ("credentials", ("nats://alice:s3cret@10.0.0.5:4222",)), ("token", ())):
             if args is None:
                 nc = await nats.connect(servers="nats://127.0.0.1:4222", connect_timeout=3)
+            elif label == "token":
+                nc = await nats.connect(token="t0ken", connect_timeout=3)
             else:
                 nc = await nats.connect(*args, connect_timeout=3)
             ack = await nc.jetstream().publish("events.created", label.encode())
@@ -326,7 +329,8 @@ def test_every_nats_py_connection_reaches_the_private_server_through_the_relay(t
     run = runner.run("script.py", endpoint, timeout=60)
     assert run.result.returncode == 0, run.result.describe() + run.result.stderr_tail()
     seen = json.loads(run.result.stdout)
-    labels = ["no-servers", "literal-4222", "servers-kw", "NATS_URL", "a-list", "tls", "websocket"]
+    labels = ["no-servers", "literal-4222", "servers-kw", "NATS_URL", "a-list", "tls", "websocket", "credentials",
+              "token"]
     assert list(seen) == labels
     for label, what in seen.items():
         assert what["stream"] == "EVENTS", label    # a stream only the private server has
@@ -341,6 +345,8 @@ def test_every_nats_py_connection_reaches_the_private_server_through_the_relay(t
     assert [c.data.decode() for c in published] == labels
     assert [c.size for c in published] == [len(label) for label in labels]
     assert all(a.at <= b.at and a.seq < b.seq for a, b in zip(published, published[1:]))
+    connects = [c for c in run.commands if c.op == "CONNECT"]
+    assert len(connects) == len(labels) and not any(c.data or c.subject for c in connects)   # no credentials kept
 
 
 FLOOD = textwrap.dedent("""
