@@ -30,7 +30,8 @@ class Endpoint:
     def create_topics(self, partitions: dict[str, int], timeout: float = 10.0) -> None:
         """Create topics (name -> partition count) and wait until the broker has them."""
         from confluent_kafka.admin import NewTopic
-        futures = self.admin().create_topics([NewTopic(name, count, 1) for name, count in partitions.items()],
+        admin = self.admin()    # kept until the answers come: a client destroyed fails its futures
+        futures = admin.create_topics([NewTopic(name, count, 1) for name, count in partitions.items()],
                                              operation_timeout=timeout, request_timeout=timeout)
         for future in futures.values():
             future.result(timeout)

@@ -9,9 +9,10 @@ heartbeat a third of it): Tansu takes about half the session timeout to complete
 
 In a sandbox with its own network namespace (RETRYLAB_KAFKA_SOCKET set) there is no network: this process
 listens on RETRYLAB_KAFKA_BOOTSTRAP itself, on loopback, and forwards each connection to the relay's unix
-socket (librdkafka speaks TCP only). If the namespace's loopback interface is down and cannot be brought up
-here, the process first moves into a network namespace of its own (in a user namespace, where it may bring
-its loopback up); its other processes inherit it. The first process of a run to listen serves the others.
+socket (librdkafka speaks TCP only). That needs the namespace's loopback up, with a second address (see
+`_resolvable`); where this process may not set that up, it first moves into a network namespace of its own
+(in a user namespace, where it may); processes it starts inherit it. The first process of a namespace to
+listen serves the others.
 
 Cheap and self-contained: imports the standard library and learner_site only, and patches the client
 libraries when (if ever) the learner imports them.
@@ -104,22 +105,36 @@ def _patch_aiokafka(module, bootstrap: str, session_ms: int) -> None:
 
 
 # -- the loopback forwarder (sandboxes with their own network namespace) ------------------------------
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _SIOCSIFADDR, _IFF_UP = 0x8913, 0x8914, 0x8916, 0x1
 
 
-def _loopback_up() -> bool:
-    """Bring the namespace's loopback interface up if it is down; False if that is not allowed here."""
+def _resolvable() -> bool:
+    """Whether librdkafka can resolve 127.0.0.1 here. It asks getaddrinfo with AI_ADDRCONFIG, which glibc
+    answers only where an IPv4 address other than 127.0.0.1 is configured: in a namespace that has just its
+    loopback interface (up or not), "127.0.0.1" is "Name or service not known"."""
+    try:
+        socket.getaddrinfo("127.0.0.1", None, socket.AF_INET, socket.SOCK_STREAM, 0, socket.AI_ADDRCONFIG)
+        return True
+    except socket.gaierror:
+        return False
+
+
+def _configure_loopback() -> None:
+    """Bring the loopback interface up and give it a second address, 127.0.0.2 (see _resolvable). Raises
+    PermissionError without the right to (CAP_NET_ADMIN over this network namespace)."""
+    import errno
     import fcntl
     import struct
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0)))[1]
-        if flags & _IFF_UP:
-            return True
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0)))[1]
+        if not flags & _IFF_UP:
+            fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
         try:
-            fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
-        except PermissionError:
-            return False
-    return True
+            fcntl.ioctl(sock, _SIOCSIFADDR, struct.pack("16sHH4s16x", b"lo:retrylab", socket.AF_INET, 0,
+                                                        socket.inet_aton("127.0.0.2")))
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
 
 
 def _own_network_namespace() -> None:
@@ -172,9 +187,12 @@ def _serve(listener: socket.socket, socket_path: str) -> None:
 
 def _forward(bootstrap: str, socket_path: str) -> None:
     host, _, port = bootstrap.rpartition(":")
-    if not _loopback_up():
-        _own_network_namespace()
-        _loopback_up()
+    if not _resolvable():
+        try:
+            _configure_loopback()
+        except PermissionError:
+            _own_network_namespace()
+            _configure_loopback()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
