@@ -11,12 +11,14 @@ import time
 
 import pytest
 
+from retrylab import sandbox
 from retrylab.appchannel import RunClock
 from retrylab.brokers import BackendUnavailable
 from retrylab.brokers.kafka import BROKER
 from retrylab.brokers.kafka import tansu
 from retrylab.brokers.kafka.backend import TansuBackend, make_backend
 from retrylab.brokers.kafka.state import read_state
+from retrylab.containment import Containment
 from retrylab.runner import LearnerRunner
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
@@ -297,3 +299,18 @@ def test_a_learner_that_never_connects_has_not_started(tmp_path, backend):
         run = _run(tmp_path, endpoint, "import confluent_kafka\nprint('no broker needed')\n")
     assert run.result.returncode == 0, run.result.stderr
     assert run.commands == ()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_without_namespaces_every_connection_still_goes_through_the_relay(tmp_path, backend, monkeypatch, client):
+    # The learner shares the machine's network: the broker's own port is reachable, so only the relay's
+    # rewriting of the advertised address keeps the client's produce connection on the relay (where the
+    # Produce requests are recorded) instead of going to the broker directly.
+    monkeypatch.setattr(sandbox, "containment", lambda learner_imports=(): Containment())
+    with backend.private() as endpoint:
+        endpoint.create_topics({"orders": 1})
+        run = _run(tmp_path, endpoint, _script(PRODUCERS[client], ADDRESSES["literal"], TOPIC="orders", COUNT=5))
+        state = read_state(endpoint)
+    assert run.result.returncode == 0, run.result.stderr
+    assert state.counts() == {("orders", 0): 5}
+    assert sum(b.records for c in run.commands for b in c.produced) == 5
