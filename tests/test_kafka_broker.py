@@ -314,3 +314,68 @@ def test_without_namespaces_every_connection_still_goes_through_the_relay(tmp_pa
     assert run.result.returncode == 0, run.result.stderr
     assert state.counts() == {("orders", 0): 5}
     assert sum(b.records for c in run.commands for b in c.produced) == 5
+
+
+# -- the relay's reading of the wire --------------------------------------------------------------
+
+def _metadata(cls, version):
+    broker, topic = cls.MetadataResponseBroker, cls.MetadataResponseTopic
+    return cls(throttle_time_ms=7, cluster_id="cluster", controller_id=1, authorized_operations=set(),
+               brokers=[broker(node_id=1, host="broker-a.example", port=39999, rack="rack-1"),
+                        broker(node_id=2, host="b", port=1, rack=None)],
+               topics=[topic(error_code=0, name="orders", topic_id=None, is_internal=False, partitions=[],
+                             authorized_operations=set())])
+
+
+def _find_coordinator(cls, version):
+    return cls(throttle_time_ms=7, error_code=0, error_message="fine", node_id=1, host="broker-a.example",
+               port=39999, coordinators=[cls.Coordinator(key="group-a", node_id=1, host="broker-a.example",
+                                                         port=39999, error_code=0, error_message=None)])
+
+
+def _describe_cluster(cls, version):
+    return cls(throttle_time_ms=7, error_code=0, error_message=None, endpoint_type=1, cluster_id="cluster",
+               controller_id=1, authorized_operations=set(),
+               brokers=[cls.DescribeClusterBroker(broker_id=1, host="broker-a.example", port=39999, rack="r")])
+
+
+def _responses():
+    from kafka.protocol.admin import DescribeClusterResponse
+    from kafka.protocol.metadata import MetadataResponse
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
+    for cls, api_key, versions, make in ((MetadataResponse, 3, range(13), _metadata),
+                                         (FindCoordinatorResponse, 10, range(7), _find_coordinator),
+                                         (DescribeClusterResponse, 60, range(2), _describe_cluster)):
+        for version in versions:
+            yield pytest.param(cls, api_key, version, make, id=f"{cls.__name__}-v{version}")
+
+
+@pytest.mark.parametrize("cls, api_key, version, make", _responses())
+def test_the_relay_rewrites_every_broker_address_in_every_version_tansu_offers(cls, api_key, version, make):
+    """Encoded and decoded by kafka-python's own protocol classes: only hosts and ports change."""
+    from retrylab.brokers.kafka import wire
+    original = make(cls, version)
+    flexible = wire.flexible(api_key, version)
+    header = b"\0" if flexible else b""    # response header v1: no tagged fields
+    rewritten = wire.rewrite_addresses(api_key, version, header + original.encode(version=version),
+                                       "127.0.0.1", 9092)
+    assert rewritten[:len(header)] == header
+    back = cls.decode(rewritten[len(header):], version=version)
+    text = repr(back)
+    assert "broker-a.example" not in text and "39999" not in text and "'127.0.0.1'" in text
+    expected = repr(cls.decode(original.encode(version=version), version=version))
+    for old, new in (("'broker-a.example'", "'127.0.0.1'"), ("'b'", "'127.0.0.1'"),
+                     ("port=39999", "port=9092"), ("port=1,", "port=9092,"), ("port=1)", "port=9092)")):
+        expected = expected.replace(old, new)
+    assert text == expected
+
+
+def test_record_counts_follow_batches_and_malformed_record_sets_say_so():
+    from retrylab.brokers.kafka import wire
+
+    def batch(count: int) -> bytes:
+        body = bytes(4) + b"\x02" + bytes(4 + 2 + 4 + 8 + 8 + 8 + 2 + 4) + count.to_bytes(4, "big") + b"r" * 10
+        return bytes(8) + len(body).to_bytes(4, "big") + body
+    assert wire.count_records(batch(3) + batch(4)) == 7
+    assert wire.count_records(b"") == 0
+    assert wire.count_records(batch(3)[:-1]) == -1
