@@ -240,10 +240,7 @@ def test_a_learner_consumer_group_receives_what_the_harness_produced(tmp_path, b
     count = 12
     with backend.private() as endpoint:
         endpoint.create_topics({"callbacks": 3})
-        producer = endpoint.producer()
-        for i in range(count):
-            producer.produce("callbacks", key=b"order-%d" % (i % 5), value=b"payload-%d" % i)
-        assert producer.flush(10) == 0
+        landed = endpoint.produce("callbacks", [(b"order-%d" % (i % 5), b"payload-%d" % i) for i in range(count)])
         started = time.monotonic()
         run = _run(tmp_path, endpoint, _script(CONSUMERS[client], ADDRESSES["env"], TOPIC="callbacks",
                                                GROUP="notifier", COUNT=count))
@@ -254,6 +251,7 @@ def test_a_learner_consumer_group_receives_what_the_harness_produced(tmp_path, b
     # its commits reached the end of every partition, as the harness's own reading of them says
     ends = {tp: records[-1].offset + 1 for tp, records in state.records.items() if records}
     assert state.committed["notifier"] == ends
+    assert ends == {("callbacks", p): max(o for q, o in landed if q == p) + 1 for p, _ in landed}
     # the group joined within seconds: the redirect set session.timeout.ms 6000 (librdkafka's 45000 default
     # would make Tansu's join alone take about 23 s)
     assert took < 20, took
@@ -379,3 +377,15 @@ def test_record_counts_follow_batches_and_malformed_record_sets_say_so():
     assert wire.count_records(batch(3) + batch(4)) == 7
     assert wire.count_records(b"") == 0
     assert wire.count_records(batch(3)[:-1]) == -1
+
+
+def test_the_harness_produces_with_delivery_reports_in_record_order(backend):
+    with backend.private() as endpoint:
+        endpoint.create_topics({"callbacks": 3})
+        records = [(b"order-%d" % (i % 4), b"v%d" % i, [("retryTimes", b"1")]) for i in range(30)]
+        landed = endpoint.produce("callbacks", records)
+        state = read_state(endpoint)
+    by_place = {(r.partition, r.offset): r for rs in state.records.values() for r in rs}
+    assert [(by_place[place].key, by_place[place].value) for place in landed] == [r[:2] for r in records]
+    assert all(dict(r.headers) == {"retryTimes": b"1"} for r in by_place.values())
+    assert state.complete and sum(state.counts().values()) == 30

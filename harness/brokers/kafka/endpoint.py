@@ -36,6 +36,24 @@ class Endpoint:
         for future in futures.values():
             future.result(timeout)
 
-    def producer(self, **extra):
-        from confluent_kafka import Producer
-        return Producer(self.config(**extra))
+    def produce(self, topic: str, records, timeout: float = 10.0, partition: int | None = None) -> list[tuple[int, int]]:
+        """Produce `records` ((key, value) or (key, value, headers)) one by one, in order, and return where
+        each landed, (partition, offset), from the broker's delivery reports: what checks take partition
+        ends from (Tansu's watermarks are wrong after a batched produce)."""
+        from confluent_kafka import KafkaException, Producer
+        producer = Producer(self.config(**{"linger.ms": 0, "enable.idempotence": False}))
+        records = list(records)
+        landed: list = [None] * len(records)
+
+        def delivered(index, error, message):
+            landed[index] = KafkaException(error) if error else (message.partition(), message.offset())
+
+        for index, (key, value, *headers) in enumerate(records):
+            options = {"partition": partition} if partition is not None else {}
+            producer.produce(topic, key=key, value=value, headers=headers[0] if headers else None,
+                             on_delivery=lambda error, message, i=index: delivered(i, error, message), **options)
+        left = producer.flush(timeout)
+        failed = [r for r in landed if not isinstance(r, tuple)]
+        if left or failed:
+            raise RuntimeError(f"the harness could not produce to {topic}: {failed[0] if failed else f'{left} not delivered'}")
+        return landed
