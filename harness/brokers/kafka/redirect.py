@@ -96,6 +96,31 @@ def _patch_kafka_python(module, bootstrap: str, session_ms: int) -> None:
     _patch_classes([(getattr(module, "KafkaProducer", None), False), (getattr(module, "KafkaConsumer", None), True),
                     (getattr(module, "KafkaAdminClient", None), False), (getattr(module, "KafkaClient", None), False)],
                    bootstrap, session_ms)
+    _real_event_waits("kafka")
+
+
+def _real_event_waits(package: str) -> None:
+    """Give the package's modules a `threading` whose Event waits in real time. The virtual clock makes a
+    timed Event.wait a virtual sleep (learner code's `stop.wait(backoff)`); kafka-python waits that way for
+    its own I/O thread (flush, send().get(), metadata before a send), which then failed at once."""
+    import sys
+    import threading
+    import types
+
+    class Event(threading.Event):
+        def wait(self, timeout=None):   # CPython's own Event.wait
+            with self._cond:
+                signaled = self._flag
+                if not signaled:
+                    signaled = self._cond.wait(timeout)
+                return signaled
+
+    shim = types.ModuleType("threading")
+    shim.__dict__.update(threading.__dict__)
+    shim.Event = Event
+    for name, module in list(sys.modules.items()):
+        if (name == package or name.startswith(package + ".")) and getattr(module, "threading", None) is threading:
+            module.threading = shim
 
 
 def _patch_aiokafka(module, bootstrap: str, session_ms: int) -> None:
