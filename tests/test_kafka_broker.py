@@ -154,7 +154,10 @@ def test_the_broker_is_the_pinned_tansu_and_is_gone_after_stop_even_with_a_clien
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
-        assert argv[0] == tansu.find_binary().encode() and b"memory://tansu/" in argv
+        assert b"memory://tansu/" in argv
+        tansu.check_version(os.readlink(f"/proc/{pid}/exe"))    # what runs is the pinned version
+        with open(f"/proc/{pid}/limits") as f:
+            assert f"Max address space         {tansu.MEMORY_LIMIT}" in f.read()
         assert ready < 5
         from confluent_kafka.admin import AdminClient
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
@@ -177,6 +180,20 @@ def test_each_private_broker_is_empty_and_stopped_when_the_check_ends(backend):
         socket.create_connection((first.host, first.port), timeout=1).close()
     with backend.private() as second:
         assert read_state(second).partitions == {}
+
+
+def test_a_binary_other_uids_cannot_reach_is_run_from_a_copy_they_can(tmp_path):
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    os.chmod(closed, 0o700)
+    binary = closed / "tansu"
+    binary.write_bytes(b"\x7fELF pretend")
+    binary.chmod(0o755)
+    assert tansu.runnable_by(str(binary), None) == str(binary)     # not root: the broker runs as us
+    copy = tansu.runnable_by(str(binary), 2_140_000_123)
+    assert copy != str(binary) and tansu.runnable_by(str(binary), 2_140_000_456) == copy   # made once
+    assert open(copy, "rb").read() == b"\x7fELF pretend"
+    assert all(os.stat(p).st_mode & stat.S_IXOTH for p in (copy, os.path.dirname(copy)))
 
 
 def _fake_binary(tmp_path, version_line: str) -> str:
