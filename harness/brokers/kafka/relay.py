@@ -9,8 +9,9 @@ to `advertise`, the learner's own way in, so every connection of every client co
 On the way it records every request (API, version, client id, size, time) and, for Produce, the topic,
 partition and record count of each batch, matched with the base offset the broker acknowledged: the
 harness's own delivery report of what the learner produced (Tansu's watermarks are wrong after a batched
-produce). Memory is bounded: requests up to `PARSE_LIMIT` bytes are read whole, larger ones stream through
-with only their header read; at most `max_records` requests are kept (counters go on beyond that).
+produce). Memory is bounded: requests up to `PARSE_LIMIT` bytes are read whole (while the relay holds at most
+`PARSE_BUDGET` bytes of them), others stream through with only their header read (a Produce is then
+recorded without its batches); at most `max_records` requests are kept (counters go on beyond that).
 
 Two daemon threads per connection with blocking sockets, as in the Redis relay: a request is recorded
 before it is forwarded, so the record's order respects causality across connections.
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from retrylab.brokers.kafka import wire
 
 MAX_CONNECTIONS = 256
-PARSE_LIMIT = 8 << 20           # requests (and Produce responses) read whole up to this size
+PARSE_LIMIT = 8 << 20           # requests (and Produce responses) read whole up to this size...
+PARSE_BUDGET = 32 << 20         # ...while the frames read whole at once, over all connections, stay within this
 MAX_FRAME = 100 << 20           # Kafka's own socket.request.max.bytes: a larger frame ends the connection
 _PENDING_CAP = 10_000           # requests per connection awaiting a response
 _CONNECT_TIMEOUT = 5.0
@@ -76,6 +78,7 @@ class KafkaRelay:
         self._listeners: list[socket.socket] = []
         self._accepters: list[threading.Thread] = []
         self._closed = False
+        self._held = 0          # bytes of frames being read whole, over all connections
         self.refused = 0
         self.connections = 0
 
@@ -219,12 +222,31 @@ class KafkaRelay:
         finally:
             self._end(conn)
 
+    def _hold(self, size: int, always: bool = False) -> bool:
+        """Whether a frame of `size` bytes may be read whole now (`always`: it must be, within PARSE_LIMIT)."""
+        with self._lock:
+            if size > PARSE_LIMIT or (not always and self._held + size > PARSE_BUDGET):
+                return False
+            self._held += size
+            return True
+
+    def _let_go(self, size: int) -> None:
+        with self._lock:
+            self._held -= size
+
     def _on_request(self, conn: _Conn, size: int, src: socket.socket):
         """Read, record and pass on one request: (bytes, 0) read whole, or (head, rest) for a large one."""
-        whole = size <= PARSE_LIMIT
-        frame = _read_exact(src, size if whole else 64)
-        if frame is None:
-            return None
+        whole = self._hold(size)
+        try:
+            frame = _read_exact(src, size if whole else 64)
+            if frame is None:
+                return None
+            return self._request(conn, size, frame, whole)
+        finally:
+            if whole:
+                self._let_go(size)
+
+    def _request(self, conn: _Conn, size: int, frame: bytes, whole: bool):
         try:
             header = wire.request_header(frame)
         except wire.Malformed:
@@ -261,9 +283,14 @@ class KafkaRelay:
         with self._lock:
             request = conn.pending.pop(struct.unpack(">i", head)[0], None)
         rest = size - 4
-        if request is None or rest > PARSE_LIMIT or request.api_key not in (wire.PRODUCE, *wire.REWRITTEN):
+        # addresses must be rewritten (or the client leaves the relay): those are read whole within the limit alone
+        if request is None or request.api_key not in (wire.PRODUCE, *wire.REWRITTEN) \
+                or not self._hold(rest, always=request.api_key != wire.PRODUCE):
             return head, rest
-        body = _read_exact(src, rest)
+        try:
+            body = _read_exact(src, rest)
+        finally:
+            self._let_go(rest)
         if body is None:
             return None
         try:
