@@ -3,6 +3,7 @@ it; learner scripts written with confluent-kafka, kafka-python or aiokafka reach
 the recording relay, whatever bootstrap address they name; consumer groups join within seconds."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -275,7 +276,8 @@ def test_a_learner_consumer_group_receives_what_the_harness_produced(tmp_path, b
     assert took < 20, took
 
 
-def test_tls_and_sasl_settings_are_dropped_and_kafka_python_consumers_get_a_short_session(tmp_path, backend):
+@pytest.mark.parametrize("limit", [None, 3000])
+def test_tls_and_sasl_settings_are_dropped_and_kafka_python_consumers_get_a_short_session(tmp_path, backend, limit):
     code = ("from kafka import KafkaConsumer\n"
             "c = KafkaConsumer(bootstrap_servers='broker.example:9093', security_protocol='SASL_SSL',\n"
             "                  sasl_mechanism='PLAIN', sasl_plain_username='u', sasl_plain_password='p',\n"
@@ -285,10 +287,12 @@ def test_tls_and_sasl_settings_are_dropped_and_kafka_python_consumers_get_a_shor
             "print(sorted(c.topics()))\nc.close()\n")
     with backend.private() as endpoint:
         endpoint.create_topics({"seen-by-the-learner": 1})
+        if limit:   # what a check may ask for
+            endpoint = dataclasses.replace(endpoint, learner_session_timeout_ms=limit)
         run = _run(tmp_path, endpoint, "import json\n" + code)
     assert run.result.returncode == 0, run.result.stderr
     config, topics = run.result.stdout.splitlines()
-    assert json.loads(config) == [6000, 2000, "PLAINTEXT"]
+    assert json.loads(config) == ([6000, 2000] if limit is None else [3000, 1000]) + ["PLAINTEXT"]
     assert topics == "['seen-by-the-learner']"
 
 

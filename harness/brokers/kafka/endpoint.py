@@ -9,6 +9,12 @@ from dataclasses import dataclass
 class Endpoint:
     host: str
     port: int
+    # the most session.timeout.ms a learner's consumer gets (the redirect lowers it, with the heartbeat at a
+    # third): Tansu completes a group join after about half of it, and a member SIGKILLed mid-group holds
+    # its partitions up to about twice it (measured: joins 3.0 s / 2.0 s / 1.1 s and a rejoin after a
+    # SIGKILL 11 s / 7 s / 1 s at 6000 / 3000 / 1000 ms; static membership rejoined after 6 s at each).
+    # A check may ask for less with dataclasses.replace(endpoint, learner_session_timeout_ms=...).
+    learner_session_timeout_ms: int = 6000
 
     @property
     def bootstrap(self) -> str:

@@ -21,7 +21,6 @@ from retrylab.brokers.kafka.state import KafkaState, read_state
 # process the files its environment names, and nothing else of the harness outside learner_site).
 REDIRECT = Path(__file__).resolve().with_name("redirect.py")
 ISOLATED_ADDRESS = ("127.0.0.1", 9092)   # in the learner's own network namespace: where Kafka is expected
-SESSION_TIMEOUT_MS = 6000   # learner consumers' session.timeout.ms at most: Tansu's group join takes about half
 
 
 class KafkaLink:
@@ -38,7 +37,7 @@ class KafkaLink:
         with self._stack as stack:
             self.relay = stack.enter_context(KafkaRelay((self.endpoint.host, self.endpoint.port)))
             env = {"RETRYLAB_BROKER_REDIRECT": str(REDIRECT),
-                   "RETRYLAB_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS)}
+                   "RETRYLAB_KAFKA_SESSION_TIMEOUT_MS": str(self.endpoint.learner_session_timeout_ms)}
             if self.sandbox.isolated:
                 socket_path = self.sandbox.socket_path("kafka.sock")
                 self.relay.serve_unix(socket_path)
