@@ -411,3 +411,45 @@ def test_the_harness_produces_with_delivery_reports_in_record_order(backend):
     assert [(by_place[place].key, by_place[place].value) for place in landed] == [r[:2] for r in records]
     assert all(dict(r.headers) == {"retryTimes": b"1"} for r in by_place.values())
     assert state.complete and sum(state.counts().values()) == 30
+
+
+ADMINS = {
+    "confluent": """
+from confluent_kafka.admin import AdminClient, NewTopic
+a = AdminClient({'bootstrap.servers': 'localhost:9092'})
+for f in a.create_topics([NewTopic('made-by-learner', 2, 1)]).values():
+    f.result(20)
+print(sorted(t for t in a.list_topics(timeout=20).topics if not t.startswith('__')))
+""",
+    "kafka-python": """
+from kafka.admin import KafkaAdminClient, NewTopic
+a = KafkaAdminClient(bootstrap_servers='localhost:9092')
+a.create_topics([NewTopic('made-by-learner', 2, 1)])
+print(sorted(t for t in a.list_topics() if not t.startswith('__')))
+a.close()
+""",
+    "aiokafka": """
+import asyncio
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+async def main():
+    a = AIOKafkaAdminClient(bootstrap_servers='localhost:9092')
+    await a.start()
+    try:
+        await a.create_topics([NewTopic('made-by-learner', 2, 1)])
+        print(sorted(t for t in await a.list_topics() if not t.startswith('__')))
+    finally:
+        await a.close()
+asyncio.run(main())
+""",
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_learner_admin_client_creates_topics_on_the_private_broker(tmp_path, backend, client):
+    with backend.private() as endpoint:
+        endpoint.create_topics({"callbacks": 1})
+        run = _run(tmp_path, endpoint, ADMINS[client])
+        state = read_state(endpoint)
+    assert run.result.returncode == 0, run.result.stderr
+    assert run.result.stdout.strip() == "['callbacks', 'made-by-learner']"
+    assert state.partitions == {"callbacks": 1, "made-by-learner": 2}
