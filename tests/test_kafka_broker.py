@@ -271,6 +271,9 @@ def test_a_learner_consumer_group_receives_what_the_harness_produced(tmp_path, b
     ends = {tp: records[-1].offset + 1 for tp, records in state.records.items() if records}
     assert state.committed["notifier"] == ends
     assert ends == {("callbacks", p): max(o for q, o in landed if q == p) + 1 for p, _ in landed}
+    # the relay saw those commits, in the learner's own requests
+    commits = [c for request in run.commands for c in request.commits]
+    assert {(c.topic, c.partition): c.offset for c in commits} == ends and {c.group for c in commits} == {"notifier"}
     # the group joined within seconds: the redirect set session.timeout.ms 6000 (librdkafka's 45000 default
     # would make Tansu's join alone take about 23 s)
     assert took < 20, took
@@ -390,12 +393,50 @@ def test_the_relay_rewrites_every_broker_address_in_every_version_tansu_offers(c
     assert text == expected
 
 
+def _batch(count: int) -> bytes:
+    """A record batch (magic 2) header saying `count` records, with made-up record bytes."""
+    body = bytes(4) + b"\x02" + bytes(4 + 2 + 4 + 8 + 8 + 8 + 2 + 4) + count.to_bytes(4, "big") + b"r" * 10
+    return bytes(8) + len(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+def test_the_relay_reads_what_a_produce_request_carries_in_every_version_tansu_offers(version):
+    from kafka.protocol.producer import ProduceRequest
+    from retrylab.brokers.kafka import wire
+    topic, partition = ProduceRequest.TopicProduceData, ProduceRequest.TopicProduceData.PartitionProduceData
+    request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        topic(name="callbacks", partition_data=[partition(index=0, records=_batch(2) + _batch(3)),
+                                                partition(index=2, records=_batch(1))]),
+        topic(name="callbacks.dlq", partition_data=[partition(index=0, records=_batch(4))])])
+    request.with_header(correlation_id=7, client_id="learner")
+    frame = request.encode(version=version, header=True)
+    header = wire.request_header(frame)
+    assert (header.api_key, header.version, header.correlation_id, header.client_id) == (0, version, 7, "learner")
+    acks, batches = wire.produce_request(header, frame)
+    assert acks == -1
+    assert [(b.topic, b.partition, b.records) for b in batches] == [
+        ("callbacks", 0, 5), ("callbacks", 2, 1), ("callbacks.dlq", 0, 4)]
+
+
+@pytest.mark.parametrize("version", range(10))
+def test_the_relay_reads_the_offsets_an_offset_commit_commits_in_every_version_tansu_offers(version):
+    from kafka.protocol.consumer import OffsetCommitRequest
+    from retrylab.brokers.kafka import wire
+    topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    partition = topic.OffsetCommitRequestPartition
+    request = OffsetCommitRequest(group_id="notifier", generation_id_or_member_epoch=3, member_id="m-1",
+                                  group_instance_id=None, retention_time_ms=-1, topics=[
+        topic(name="callbacks", partitions=[partition(partition_index=1, committed_offset=42, committed_metadata="x"),
+                                            partition(partition_index=2, committed_offset=7, committed_metadata=None)])])
+    request.with_header(correlation_id=9, client_id="learner")
+    frame = request.encode(version=version, header=True)
+    assert wire.offset_commit_request(wire.request_header(frame), frame) == [
+        wire.Commit("notifier", "callbacks", 1, 42), wire.Commit("notifier", "callbacks", 2, 7)]
+
+
 def test_record_counts_follow_batches_and_malformed_record_sets_say_so():
     from retrylab.brokers.kafka import wire
-
-    def batch(count: int) -> bytes:
-        body = bytes(4) + b"\x02" + bytes(4 + 2 + 4 + 8 + 8 + 8 + 2 + 4) + count.to_bytes(4, "big") + b"r" * 10
-        return bytes(8) + len(body).to_bytes(4, "big") + body
+    batch = _batch
     assert wire.count_records(batch(3) + batch(4)) == 7
     assert wire.count_records(b"") == 0
     assert wire.count_records(batch(3)[:-1]) == -1

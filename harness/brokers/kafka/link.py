@@ -61,7 +61,8 @@ class KafkaLink:
 
     def shape(self) -> tuple:
         """What the learner changed so far, from the relay's record (cheap: no round trip to the broker)."""
-        return tuple(sorted(self.relay.produced().items())), self.relay.changes()
+        return (tuple(sorted(self.relay.produced().items())), tuple(sorted(self.relay.committed().items())),
+                self.relay.changes())
 
     def snapshot(self) -> KafkaState:
         return read_state(self.endpoint)

@@ -9,7 +9,8 @@ to `advertise`, the learner's own way in, so every connection of every client co
 On the way it records every request (API, version, client id, size, time) and, for Produce, the topic,
 partition and record count of each batch, matched with the base offset the broker acknowledged: the
 harness's own delivery report of what the learner produced (Tansu's watermarks are wrong after a batched
-produce). Memory is bounded: requests up to `PARSE_LIMIT` bytes are read whole (while the relay holds at most
+produce); for OffsetCommit, the offsets committed. In one order, across connections: a check can tell a
+commit made before the produce it should follow. Memory is bounded: requests up to `PARSE_LIMIT` bytes are read whole (while the relay holds at most
 `PARSE_BUDGET` bytes of them), others stream through with only their header read (a Produce is then
 recorded without its batches); at most `max_records` requests are kept (counters go on beyond that).
 
@@ -35,8 +36,8 @@ MAX_FRAME = 100 << 20           # Kafka's own socket.request.max.bytes: a larger
 _PENDING_CAP = 10_000           # requests per connection awaiting a response
 _CONNECT_TIMEOUT = 5.0
 _CLOSE_BUDGET = 0.8
-# requests that change the broker's state (what `shape` counts besides produced records)
-CHANGING = frozenset({0, 8, 11, 13, 14, 19, 20, 21, 22, 24, 25, 26, 28, 37, 42, 47})
+# requests that change the broker's state (what `shape` counts besides produced records and committed offsets)
+CHANGING = frozenset({11, 13, 14, 19, 20, 21, 22, 24, 25, 26, 28, 37, 42, 47})
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Request:
     produced: tuple[wire.ProducedBatch, ...] = ()
     acks: int | None = None     # a Produce's acks (0: the broker sends no response)
     acked: list[wire.ProduceAck] = field(default_factory=list)  # what the broker answered, when it has
+    commits: tuple[wire.Commit, ...] = ()   # an OffsetCommit's offsets
 
 
 class _Conn:
@@ -73,6 +75,7 @@ class KafkaRelay:
         self._requests: list[Request] = []
         self._seq = 0
         self._produced: collections.Counter = collections.Counter()   # (topic, partition) -> records
+        self._committed: dict[tuple[str, str, int], int] = {}          # (group, topic, partition) -> offset
         self._changes = 0
         self._conns: dict[int, _Conn] = {}
         self._listeners: list[socket.socket] = []
@@ -152,8 +155,15 @@ class KafkaRelay:
         with self._lock:
             return dict(self._produced)
 
+    def committed(self) -> dict[tuple[str, str, int], int]:
+        """The last offset the learner committed, per (group, topic, partition), as its requests said."""
+        with self._lock:
+            return dict(self._committed)
+
     def changes(self) -> int:
-        """Requests that change the broker's state (produce, commit, group membership, topics, ...)."""
+        """Requests that change the broker's state other than by producing or committing (group membership,
+        topics, transactions, ...): a commit of the offsets already committed (kafka-python's auto-commit
+        repeats them every 5 s) changes nothing."""
         return self._changes
 
     # -- connections -------------------------------------------------------------------------------
@@ -252,12 +262,14 @@ class KafkaRelay:
         except wire.Malformed:
             return frame, size - len(frame)     # the broker decides what to make of it
         request = Request(0, time.time(), conn.num, header.api_key, header.version, header.client_id, size)
-        if header.api_key == wire.PRODUCE and whole:
-            try:
+        try:
+            if header.api_key == wire.PRODUCE and whole:
                 request.acks, batches = wire.produce_request(header, frame)
                 request.produced = tuple(batches)
-            except wire.Malformed:
-                pass
+            elif header.api_key == wire.OFFSET_COMMIT and whole:
+                request.commits = tuple(wire.offset_commit_request(header, frame))
+        except wire.Malformed:
+            pass
         self._record(conn, request, header.correlation_id)
         return frame, size - len(frame)
 
@@ -270,6 +282,8 @@ class KafkaRelay:
             for batch in request.produced:
                 if batch.records > 0:
                     self._produced[(batch.topic, batch.partition)] += batch.records
+            for commit in request.commits:
+                self._committed[(commit.group, commit.topic, commit.partition)] = commit.offset
             self._changes += request.api_key in CHANGING
             if request.acks != 0:   # acks=0: the broker sends no response
                 conn.pending[correlation_id] = request

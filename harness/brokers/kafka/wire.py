@@ -3,18 +3,18 @@
 Metadata, FindCoordinator and DescribeCluster responses, which the relay rewrites.
 
 Field layouts follow Apache Kafka's message schemas (clients/src/main/resources/common/message/*.json) for
-the versions Tansu 0.6.0 offers (Produce 0-11, Metadata 0-12, FindCoordinator 0-6, DescribeCluster 0-1).
-A version is "flexible" (compact strings and arrays, tagged fields) from: Produce 9, Metadata 9,
-FindCoordinator 3, DescribeCluster 0. Every parser raises `Malformed` on bytes it cannot follow; the relay
+the versions Tansu 0.6.0 offers (Produce 0-11, OffsetCommit 0-9, Metadata 0-12, FindCoordinator 0-6,
+DescribeCluster 0-1). A version is "flexible" (compact strings and arrays, tagged fields) from: Produce 9,
+OffsetCommit 8, Metadata 9, FindCoordinator 3, DescribeCluster 0. Every parser raises `Malformed` on bytes it cannot follow; the relay
 then passes them on unchanged (the broker answers what it can)."""
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-PRODUCE, METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CLUSTER = 0, 3, 10, 18, 60
+PRODUCE, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CLUSTER = 0, 3, 8, 10, 18, 60
 # the only APIs whose bodies the relay reads (a request header's client id comes before its tagged fields)
-_FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, FIND_COORDINATOR: 3, DESCRIBE_CLUSTER: 0}
+_FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, OFFSET_COMMIT: 8, FIND_COORDINATOR: 3, DESCRIBE_CLUSTER: 0}
 REWRITTEN = (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER)   # responses that name broker addresses
 
 
@@ -141,6 +141,43 @@ def produce_request(header: RequestHeader, frame: bytes) -> tuple[int, list[Prod
             r.tags(flex)
         r.tags(flex)
     return acks, batches
+
+
+@dataclass(frozen=True)
+class Commit:
+    group: str
+    topic: str
+    partition: int
+    offset: int
+
+
+def offset_commit_request(header: RequestHeader, frame: bytes) -> list[Commit]:
+    """The offsets an OffsetCommit request commits."""
+    version = header.version
+    flex = flexible(OFFSET_COMMIT, version)
+    r = Reader(frame, header.body_at)
+    group = r.string(flex) or ""
+    if version >= 1:
+        r.int32()           # generation id
+        r.string(flex)      # member id
+    if version >= 7:
+        r.string(flex)      # group instance id
+    if 2 <= version <= 4:
+        r.int64()           # retention time
+    commits = []
+    for _ in range(r.array(flex)):
+        topic = r.string(flex) or ""
+        for _ in range(r.array(flex)):
+            partition, offset = r.int32(), r.int64()
+            if version >= 6:
+                r.int32()   # leader epoch
+            if version == 1:
+                r.int64()   # commit timestamp
+            r.string(flex)  # metadata
+            r.tags(flex)
+            commits.append(Commit(group, topic, partition, offset))
+        r.tags(flex)
+    return commits
 
 
 def count_records(data: bytes) -> int:
