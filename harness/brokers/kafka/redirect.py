@@ -20,6 +20,7 @@ libraries when (if ever) the learner imports them.
 import os
 import socket
 import threading
+from collections.abc import Mapping
 
 from retrylab.learner_site.import_hooks import after_import
 
@@ -56,9 +57,11 @@ def _patch_confluent(cimpl, bootstrap: str, session_ms: int) -> None:
         if base is None:
             continue
 
-        def __init__(self, *args, _base=base, _consumer=name.endswith("Consumer"), **kwargs):
-            conf = dict(args[0]) if args and isinstance(args[0], dict) else {}
-            rest = args[1:] if args and isinstance(args[0], dict) else args
+        # a classic group consumer (a ShareConsumer's share group has no session timeout to set)
+        def __init__(self, *args, _base=base, _consumer=name == "Consumer", **kwargs):
+            given = bool(args) and isinstance(args[0], Mapping)
+            conf = dict(args[0]) if given else {}
+            rest = args[1:] if given else args
             for key in [k for k in kwargs if "." in k]:   # Producer(**{"bootstrap.servers": ...})
                 conf[key] = kwargs.pop(key)
             _base.__init__(self, _librdkafka_conf(conf, bootstrap, session_ms, _consumer), *rest, **kwargs)
