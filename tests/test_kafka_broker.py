@@ -494,3 +494,48 @@ def test_a_learner_admin_client_creates_topics_on_the_private_broker(tmp_path, b
     assert run.result.returncode == 0, run.result.stderr
     assert run.result.stdout.strip() == "['callbacks', 'made-by-learner']"
     assert state.partitions == {"callbacks": 1, "made-by-learner": 2}
+
+
+_GRADING = """
+import sys, time
+from retrylab.brokers.kafka.backend import TansuBackend
+backend = TansuBackend()
+backend.start()
+with backend.private() as endpoint:
+    print(endpoint.port, flush=True)
+    time.sleep(600)
+"""
+
+
+def _broker_pid(port: int) -> int | None:
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    inodes = {row[9] for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "0A"}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{name}/fd/{fd}")[8:-1] in inodes for fd in os.listdir(f"/proc/{name}/fd")):
+                return int(name)
+        except OSError:
+            continue
+    return None
+
+
+def test_the_broker_ends_when_the_grading_is_killed():
+    import subprocess
+    import sys
+    grading = subprocess.Popen([sys.executable, "-c", _GRADING], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        port = int(grading.stdout.readline())
+        broker = _broker_pid(port)
+        assert broker is not None and broker != grading.pid and _alive(broker)
+        grading.kill()      # SIGKILL: the grading runs no code of its own
+        grading.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(broker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(broker)
+    finally:
+        if grading.poll() is None:
+            os.killpg(grading.pid, 9)
+            grading.wait()
