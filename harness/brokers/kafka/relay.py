@@ -62,6 +62,7 @@ class _Conn:
         self.server: socket.socket | None = None
         self.pending: collections.OrderedDict[int, Request] = collections.OrderedDict()
         self.threads: list[threading.Thread] = []
+        self.ended = 0          # directions whose pump has ended: the second one closes the sockets
 
 
 class KafkaRelay:
@@ -188,7 +189,7 @@ class KafkaRelay:
             conn.server = socket.create_connection(self.upstream, timeout=_CONNECT_TIMEOUT)
             conn.server.settimeout(None)
         except OSError:
-            self._end(conn)
+            self._end(conn, directions=2)
             return
         for sock in (conn.client, conn.server):
             if sock.family == socket.AF_INET:
@@ -198,12 +199,17 @@ class KafkaRelay:
         down.start()
         self._pump(conn, conn.client, conn.server, self._on_request)
 
-    def _end(self, conn: _Conn) -> None:
+    def _end(self, conn: _Conn, directions: int = 1) -> None:
+        """One direction of `conn` ended: end the other too (shutdown wakes its recv); the last one closes."""
         with self._lock:
             self._conns.pop(conn.num, None)
+            conn.ended += directions
+            last = conn.ended >= 2
         for sock in (conn.client, conn.server):
             if sock is not None:
                 _shutdown(sock)
+                if last:
+                    sock.close()
 
     def _pump(self, conn: _Conn, src: socket.socket, dst: socket.socket, on_frame) -> None:
         """Frames from src to dst, each seen by `on_frame(conn, head, src)`, which returns the frame's
