@@ -539,3 +539,27 @@ def test_the_broker_ends_when_the_grading_is_killed():
         if grading.poll() is None:
             os.killpg(grading.pid, 9)
             grading.wait()
+
+
+def test_the_relay_refuses_connections_beyond_its_limit_and_closes_everything(backend):
+    import threading
+    from retrylab.brokers.kafka.relay import KafkaRelay
+    with backend.private() as endpoint:
+        relay = KafkaRelay((endpoint.host, endpoint.port), max_connections=2).start()
+        try:
+            kept = [socket.create_connection(relay.address, timeout=5) for _ in range(2)]
+            deadline = time.monotonic() + 5
+            while relay.connections < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            extra = socket.create_connection(relay.address, timeout=5)
+            assert extra.recv(1) == b""         # closed at once
+            assert relay.refused == 1
+            # a frame of a size no Kafka broker takes ends its connection, not the relay
+            kept[0].sendall((200 << 20).to_bytes(4, "big"))
+            assert kept[0].recv(1) == b""
+        finally:
+            relay.close()
+        assert kept[1].recv(1) == b""           # closed with the relay
+        assert not [t for t in threading.enumerate() if t.name.startswith("kafka-relay") and t.is_alive()]
+        for sock in kept + [extra]:
+            sock.close()

@@ -194,7 +194,8 @@ class KafkaRelay:
         for sock in (conn.client, conn.server):
             if sock.family == socket.AF_INET:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        down = threading.Thread(target=self._pump, args=(conn, conn.server, conn.client, self._on_response), daemon=True)
+        down = threading.Thread(target=self._pump, args=(conn, conn.server, conn.client, self._on_response), daemon=True,
+                                name="kafka-relay-reply")
         conn.threads = [threading.current_thread(), down]
         down.start()
         self._pump(conn, conn.client, conn.server, self._on_request)
