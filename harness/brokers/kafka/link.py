@@ -55,6 +55,11 @@ class KafkaLink:
     def commands(self) -> list[Request]:
         return self.relay.requests()
 
+    def received(self) -> list:
+        """The relay keeps the requests (produced batches with the offsets the broker gave them, commits),
+        not the responses: what a check needs of what was fetched is in `snapshot()`."""
+        return []
+
     def started(self) -> bool:
         """Whether the learner has sent its first request."""
         return self.relay.activity > 0
