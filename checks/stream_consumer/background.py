@@ -37,6 +37,9 @@ class Beside:
         self.cancelled.set()
         return self.result()
 
+    def join(self) -> None:
+        self._thread.join()
+
     def __enter__(self) -> "Beside":
         return self
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.appchannel import RunClock
-from retrylab.checks.stream_consumer import lab, streams
+from retrylab.checks.stream_consumer import lab, schedule, streams
 from retrylab.checks.stream_consumer.background import Beside
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, consumer_settled
 from retrylab.fixtures.stream_consumer import orders
@@ -59,16 +59,22 @@ def _done(batch):
     return done
 
 
-@pytest.fixture(scope="session")
-def consume_run(learner, redis_backend) -> ConsumeRun:
+@schedule.observer("consume_run")
+def observe_consume(learner, redis_backend, cancelled) -> ConsumeRun:
     batch = orders.batch(*["ok"] * ORDERS)
     with redis_backend.private() as endpoint, endpoint.client() as client:
         placeholder = client.xadd(lab.STREAM, {"placeholder": "1"})
         client.xdel(lab.STREAM, placeholder)
-        with Beside(lambda cancelled: _seed_when_group_exists(client, batch, cancelled), "retrylab-seed") as seeder:
-            run = learner.run("consumer.py", endpoint, timeout=RUN_TIMEOUT, stop_when=consumer_settled(_done(batch)),
+        with Beside(lambda stop: _seed_when_group_exists(client, batch, stop), "retrylab-seed") as seeder:
+            run = learner.run("consumer.py", endpoint, timeout=RUN_TIMEOUT,
+                              stop_when=consumer_settled(_done(batch), cancelled),
                               app=EffectsApp(seeded=batch), run_clock=RunClock.real())
             seeder.cancelled.set()
             made, ids = seeder.result()
         return ConsumeRun(seeded=tuple(batch), run=run, group_made=made, group=streams.group(client),
                           pending=tuple(streams.pending(client)), seeded_ids=tuple(ids))
+
+
+@pytest.fixture(scope="session")
+def consume_run(request, learner, redis_backend) -> ConsumeRun:
+    return schedule.record(request, "consume_run", learner, redis_backend)
