@@ -1,7 +1,8 @@
 """stream-consumer's hostile and bad-input submissions (fixtures/stream_consumer/submissions/hostile): a
 consumer that deletes the group, trims the stream to nothing or floods it with 100k entries, a producer that
 hangs deaf to SIGTERM, a lag.py that prints 10 MB of random bytes or nothing, dead letters with binary
-fields or of the wrong type, an empty directory. Each is graded through the CLI: its expected verdict per
+fields or of the wrong type, `orders` turned into a hash, a producer adding binary entries without an
+order_id, an empty directory. Each is graded through the CLI: its expected verdict per
 step, exit status 1, failed steps with a message a learner can act on (what is wrong, then the hint), no
 harness error or traceback, within the entry's bound."""
 from __future__ import annotations
@@ -19,7 +20,8 @@ from retrylab.fixtures.stream_consumer import corpus
 
 ENTRIES = corpus.entries("hostile")
 # these attack the harness's readers of the learner's streams, whose answers differ by backend: graded on both
-BOTH_BACKENDS = {"group-destroyer", "stream-trimmer", "stream-flood", "dlq-binary-fields", "dlq-wrong-type"}
+BOTH_BACKENDS = {"group-destroyer", "stream-trimmer", "stream-flood", "dlq-binary-fields", "dlq-wrong-type",
+                 "orders-wrong-type", "producer-binary-entries"}
 CASES = [(e, "fake") for e in ENTRIES] + [(e, "redis-server") for e in ENTRIES if e.name in BOTH_BACKENDS]
 HARNESS_FRAME = re.compile(r'File "[^"]*/(?:retrylab|harness|checks)/')   # a traceback through the harness
 MESSAGE_BOUND = 6000
@@ -53,6 +55,7 @@ def test_hostile_submission_fails_its_steps_cleanly_and_in_time(entry, backend, 
 def test_the_hostile_corpus_covers_the_attacks():
     names = {e.name for e in ENTRIES}
     assert {"group-destroyer", "stream-trimmer", "stream-flood", "producer-hangs", "lag-garbage", "lag-silent",
-            "empty-directory", "dlq-binary-fields", "dlq-wrong-type"} <= names
+            "empty-directory", "dlq-binary-fields", "dlq-wrong-type", "orders-wrong-type",
+            "producer-binary-entries"} <= names
     assert all(e.max_seconds for e in ENTRIES)
     assert not names & {e.name for e in corpus.entries()}, "hostile entries stay out of the default corpus"
