@@ -231,3 +231,38 @@ def test_bad_arguments_exit_2_with_one_line(args, reason, capsys):
     status, out, err = verify(capsys, *args)
     assert status == 2 and out == ""
     assert reason in err and len(err.strip().splitlines()) == 1
+
+
+SCRIPTS = {"zh": r"[\u4e00-\u9fff]", "ru": r"[\u0400-\u04ff]", "fa": r"[\u0600-\u06ff]"}
+
+
+@pytest.mark.parametrize("lang", ["en", "ru", "fa", "zh"])
+def test_verify_says_the_same_facts_in_every_language(lang, server, admin, tmp_path):
+    """The same verdict and the same facts (their numbers and the lab's names) in each language; every
+    line the report's frame and the facts make is in that language."""
+    import re
+
+    from retrylab import bidi, i18n
+    from retrylab import verify as verifying
+    dead_lettered(deliveries="2")(admin)
+    folder = submission(tmp_path)
+    results = {code: verifying.verify(folder, 3, broker_url=reader_url(server), exercise_id="stream-consumer",
+                                      lang=code) for code in ("en", lang)}
+    english, result = results["en"], results[lang]
+    assert [f.status for f in result.facts] == [f.status for f in english.facts] == ["ok", "fail"]
+    assert len(result.unchecked) == 2
+
+    def facts(text: str) -> list[str]:
+        return sorted(re.findall(r"orders:dlq|\b\d+(?:-\d+)?\b", text))
+    for fact, reference in zip(result.facts, english.facts):
+        assert facts(fact.text) == facts(reference.text), (fact.text, reference.text)
+    shown = verifying.render(result)
+    if lang == "en":
+        assert not any(re.search(p, shown) for p in SCRIPTS.values())
+    else:
+        for line in (f.text for f in result.facts):
+            assert re.search(SCRIPTS[lang], line), line
+        for line in result.unchecked:
+            assert re.search(SCRIPTS[lang], line), line
+    if lang in i18n.RTL:
+        assert bidi.bidi_problems(shown) == []
