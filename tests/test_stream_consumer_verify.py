@@ -266,3 +266,9 @@ def test_verify_says_the_same_facts_in_every_language(lang, server, admin, tmp_p
             assert re.search(SCRIPTS[lang], line), line
     if lang in i18n.RTL:
         assert bidi.bidi_problems(shown) == []
+
+
+def test_a_url_that_is_no_redis_url_cannot_check(tmp_path, capsys):
+    status, out, err = verify(capsys, "--step", "1", "--redis-url", "http://example.invalid/0", str(submission(tmp_path)))
+    assert status == 2 and out == ""
+    assert "cannot check step 1" in err and len(err.strip().splitlines()) == 1
