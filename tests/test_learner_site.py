@@ -140,3 +140,15 @@ def test_a_run_on_real_time_sleeps_for_real_and_gets_its_arguments(tmp_path):
     assert abs(started - before) < 5       # the machine's time, not days ahead
     assert 0.3 <= slept < 2
     assert argv == ["--count", "7"]
+
+
+def test_a_script_that_printed_then_sleeps_past_its_timeout_is_judged_not_rerun(tmp_path):
+    """On real time a script may sleep with no broker command; once it has printed it got going, so being
+    stopped is a verdict on it, not on a starved machine (no second run, no RunNotStarted)."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "producer.py").write_text("import time\nprint('policy=block', flush=True)\ntime.sleep(60)\n")
+    with FakeBackend().private() as endpoint:
+        run = LearnerRunner(folder).run("producer.py", endpoint, timeout=1.5, run_clock=RunClock.real())
+    assert run.result.stopped == "timeout" and run.timing.attempts == 1
+    assert "policy=block" in run.result.stdout

@@ -1,0 +1,99 @@
+"""retrylab.background (work beside a learner run) and retrylab.early (an exercise's runs started side by
+side when a grading begins): results and errors come back to the caller, nothing outlives the session."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from retrylab.background import Beside, without_step_clock
+from retrylab.early import EarlyRuns
+
+
+def test_beside_returns_the_value_and_reraises_the_error_in_the_caller():
+    assert Beside(lambda cancelled: 42, "t").result() == 42
+    with pytest.raises(ZeroDivisionError):
+        Beside(lambda cancelled: 1 / 0, "t").result()
+
+
+def test_beside_as_a_context_stops_and_joins_the_work():
+    seen = []
+    with Beside(lambda cancelled: seen.append(cancelled.wait(10)), "t"):
+        pass
+    assert seen == [True]
+
+
+def test_without_step_clock_leaves_the_original_runner_alone():
+    learner = SimpleNamespace(clock="step clock", submission="s")
+    alone = without_step_clock(learner)
+    assert alone.clock is None and learner.clock == "step clock" and alone.submission == "s"
+
+
+class _Request:
+    """What EarlyRuns reads of a pytest request: the config's stash, the session's items, finalizers."""
+    def __init__(self, fixtures):
+        self.config = SimpleNamespace(stash=pytest.Stash())
+        self.session = SimpleNamespace(items=[SimpleNamespace(fixturenames=fixtures)])
+        self.finalizers = []
+
+    def addfinalizer(self, fn):
+        self.finalizers.append(fn)
+
+
+def _runs():
+    runs, started = EarlyRuns("t"), []
+
+    for name in ("a_run", "b_run", "c_run"):
+        @runs.observer(name)
+        def observe(learner, backend, cancelled, name=name):
+            started.append((name, time.monotonic(), threading.current_thread().name))
+            cancelled.wait(0.3)
+            return name
+    return runs, started
+
+
+def test_the_runs_the_checks_need_start_together_and_their_records_come_back():
+    runs, started = _runs()
+    request = _Request(["a_run", "b_run"])
+    backend = SimpleNamespace(independent_privates=True)
+    began = time.monotonic()
+    runs.start_all(request, SimpleNamespace(clock=None), backend)
+    assert runs.record(request, "a_run", None, backend) == "a_run"
+    assert runs.record(request, "b_run", None, backend) == "b_run"
+    assert time.monotonic() - began < 0.55          # side by side: about one run's 0.3 s, not two
+    assert sorted(name for name, _, _ in started) == ["a_run", "b_run"]   # c_run: no check needs it
+    assert all(thread != threading.main_thread().name for _, _, thread in started)
+    for finalizer in request.finalizers:
+        finalizer()
+
+
+def test_a_backend_without_independent_servers_makes_each_run_when_asked():
+    runs, started = _runs()
+    request = _Request(["a_run", "b_run"])
+    runs.start_all(request, SimpleNamespace(clock=None), SimpleNamespace(independent_privates=False))
+    assert started == []
+    assert runs.record(request, "b_run", None, None) == "b_run"
+    assert [name for name, _, _ in started] == ["b_run"]
+
+
+def test_the_sessions_end_stops_runs_still_going():
+    runs = EarlyRuns("t")
+    stopped = threading.Event()
+
+    @runs.observer("slow_run")
+    def slow(learner, backend, cancelled):
+        cancelled.wait(30)
+        stopped.set()
+
+    @runs.observer("other_run")
+    def other(learner, backend, cancelled):
+        return None
+
+    request = _Request(["slow_run", "other_run"])
+    runs.start_all(request, SimpleNamespace(clock=None), SimpleNamespace(independent_privates=True))
+    began = time.monotonic()
+    for finalizer in request.finalizers:
+        finalizer()
+    assert stopped.is_set() and time.monotonic() - began < 5
