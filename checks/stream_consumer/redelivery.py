@@ -1,0 +1,75 @@
+"""How an entry came back after a failure, read from the call log (Call.t, real time in these runs) and
+the relay's command record (Command.at, the same clock): steps 2 and 3's evidence.
+
+A redelivery is a call of effects.apply for an order that follows a failed call for it. Its wait is the
+gap between the two calls; the min-idle it was claimed with is the last claim of the entry the relay saw
+between them: XCLAIM orders workers <consumer> <min-idle-ms> ... naming the entry's id, or XAUTOCLAIM
+orders workers <consumer> <min-idle-ms> <start> ... (which names no id: any on `orders` counts).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retrylab.checks.stream_consumer import lab
+
+CLAIMS = ("XCLAIM", "XAUTOCLAIM")
+
+
+@dataclass(frozen=True)
+class Redelivery:
+    failed_at: float                # Call.t of the failed call before it
+    at: float                       # Call.t of this call
+    min_idle_ms: int | None         # of the claim that brought it back (None: no claim seen)
+
+    @property
+    def gap(self) -> float:
+        return self.at - self.failed_at
+
+
+def _key(command) -> bytes | None:
+    return command.args[1] if len(command.args) > 1 else None
+
+
+def is_claim(command, entry_id: bytes) -> bool:
+    """An XCLAIM of `entry_id`, or any XAUTOCLAIM, on the lab's stream."""
+    if command.name not in CLAIMS or _key(command) != lab.STREAM.encode():
+        return False
+    return command.name == "XAUTOCLAIM" or entry_id in command.args[5:]
+
+
+def min_idle_ms(command) -> int | None:
+    try:
+        return int(command.args[4])
+    except (IndexError, ValueError):
+        return None
+
+
+def acks(commands, entry_id: bytes) -> list:
+    """The XACKs of `entry_id` on the lab's stream, in order."""
+    return [c for c in commands if c.name == "XACK" and _key(c) == lab.STREAM.encode() and entry_id in c.args[3:]]
+
+
+def claims_between(commands, entry_id: bytes, start: float, end: float) -> list:
+    return [c for c in commands if start <= c.at <= end and is_claim(c, entry_id)]
+
+
+def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
+    """Each call that follows a failed call of the same order (`calls`: that order's, by time)."""
+    found = []
+    for before, call in zip(calls, calls[1:]):
+        if before.outcome != "error":
+            continue
+        claims = claims_between(commands, entry_id, before.t, call.t)
+        found.append(Redelivery(before.t, call.t, min_idle_ms(claims[-1]) if claims else None))
+    return found
+
+
+def waits_grow(first: Redelivery, second: Redelivery) -> bool:
+    """Whether the second wait is longer than the first: by the min-idle the entry was claimed with (both
+    at least MIN_RETRY_GAP), or by the observed gaps, the second longer by MIN_RETRY_GAP at least (a
+    constant min-idle seen through a poll period of up to 100 ms must not pass by chance)."""
+    floor = lab.MIN_RETRY_GAP * 1000
+    if first.min_idle_ms is not None and second.min_idle_ms is not None:
+        if floor <= first.min_idle_ms < second.min_idle_ms:
+            return True
+    return second.gap >= first.gap + lab.MIN_RETRY_GAP
