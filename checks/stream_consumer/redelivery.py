@@ -53,6 +53,18 @@ def claims_between(commands, entry_id: bytes, start: float, end: float) -> list:
     return [c for c in commands if start <= c.at <= end and is_claim(c, entry_id)]
 
 
+def skipped(calls, commands, entry_id: bytes, pending) -> bool:
+    """Whether the entry was delivered again after its last call of apply, and apply was not called:
+    its pending entry counts more deliveries than calls, or an XCLAIM of it came after the last call
+    (and before the XACK that ended it). `pending`: its streams.Pending at the end, None if not pending."""
+    if pending is not None and pending.deliveries > len(calls):
+        return True
+    last = calls[-1].t
+    acked = [a.at for a in acks(commands, entry_id) if a.at >= last]
+    claims = claims_between(commands, entry_id, last, acked[0] if acked else float("inf"))
+    return any(c.name == "XCLAIM" for c in claims)
+
+
 def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
     """Each call that follows a failed call of the same order (`calls`: that order's, by time)."""
     found = []

@@ -29,14 +29,10 @@ def _why_not_applied(retry, calls) -> None:
     acks = redelivery.acks(run.commands, entry_id)
     if acks and acks[0].at < calls[0].t:
         fail(tr("step2.acked_before_effect", id=order_id))
+    if any(e.get("order_id") == order_id for e in retry.dlq):
+        fail(tr("step2.dead_lettered", id=order_id, calls=len(calls), dlq=lab.DLQ, max=lab.MAX_DELIVERIES))
     pending = retry.pending_entry(flaky)
-    if pending is not None and pending.deliveries > len(calls):
-        fail(tr("step2.reclaimed_not_applied", id=order_id))
-    last = calls[-1].t
-    acked = [a.at for a in acks if a.at >= last]
-    claimed = [c for c in redelivery.claims_between(run.commands, entry_id, last, acked[0] if acked else last)
-               if c.name == "XCLAIM"]
-    if claimed:
+    if redelivery.skipped(calls, run.commands, entry_id, pending):
         fail(tr("step2.reclaimed_not_applied", id=order_id))
     if pending is None:
         fail(tr("step2.acked_after_failure", id=order_id, failures=len(calls)))

@@ -10,7 +10,7 @@ only a consumer that retries the poison in line (sleeping or reclaiming it while
 """
 import pytest
 
-from retrylab.checks.stream_consumer import lab, observe, streams
+from retrylab.checks.stream_consumer import lab, observe, redelivery, streams
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.verdict import fail
 
@@ -28,6 +28,7 @@ def _first_dlq_write(commands, order_id: str):
 
 
 def _require_dead_letter(retry, calls, entry_id: str) -> streams.Entry:
+    """The poison's one dead letter, written after its 3rd failed call; or fail with what became of it."""
     poison, run = retry.poison, retry.run
     order_id = poison["order_id"]
     if retry.dlq_type not in ("none", "stream"):
@@ -38,7 +39,10 @@ def _require_dead_letter(retry, calls, entry_id: str) -> streams.Entry:
     if not letters:
         if len(calls) > lab.MAX_DELIVERIES:
             fail(tr("step3.retried_forever", id=order_id, calls=len(calls), dlq=lab.DLQ, max=lab.MAX_DELIVERIES))
-        if retry.pending_entry(poison) is None:
+        pending = retry.pending_entry(poison)
+        if redelivery.skipped(calls, run.commands, retry.entry_id(poison), pending):
+            fail(tr("step3.skipped", id=order_id, dlq=lab.DLQ))
+        if pending is None:
             fail(tr("step3.dropped", id=order_id, calls=len(calls), dlq=lab.DLQ))
         fail(tr("step3.stuck", id=order_id, calls=len(calls), dlq=lab.DLQ, max=lab.MAX_DELIVERIES,
                 how=observe.how_it_ran(run)))
