@@ -94,6 +94,18 @@ def test_each_redelivery_takes_the_min_idle_of_the_last_claim_before_it():
     assert redelivery.acks(commands, ENTRY) == commands[2:]
 
 
+def test_a_redelivery_that_skips_apply_is_seen_in_the_pending_count_or_an_xclaim_after_the_last_call():
+    calls = [_call(10.0, "error")]
+    assert redelivery.skipped(calls, [], ENTRY, SimpleNamespace(deliveries=2))
+    assert not redelivery.skipped(calls, [], ENTRY, SimpleNamespace(deliveries=1))
+    claimed_then_acked = [_command(10.3, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY),
+                          _command(10.31, b"XACK", b"orders", b"workers", ENTRY)]
+    assert redelivery.skipped(calls, claimed_then_acked, ENTRY, None)
+    acked_at_once = [_command(10.01, b"XACK", b"orders", b"workers", ENTRY),
+                     _command(10.3, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY)]
+    assert not redelivery.skipped(calls, acked_at_once, ENTRY, None)   # the claim found nothing to take
+
+
 @pytest.mark.parametrize("gaps, idles, grows", [
     ((0.25, 0.45), (200, 400), True),      # the reference
     ((0.29, 0.21), (200, 400), True),      # judged on the min-idle: the observed waits are noise
