@@ -21,7 +21,8 @@ NAMES = {"immediate-endless-retries", "reread-own-pending-at-once", "constant-mi
          "poison-dropped", "xack-before-effect", "dlq-after-2-deliveries", "dlq-after-4-deliveries",
          "dlq-entry-bare", "dlq-as-list", "key-kept-on-failure", "fabricated-dead-letter", "retry-in-line",
          "fixed-consumer-name", "bytes-fields", "xautoclaim-per-delivery", "deliveries-from-xpending",
-         "not-before-schedule", "never-xacks"}
+         "not-before-schedule", "never-xacks",
+         "xclaim-justid-retrycount"}
 ENTRIES = [e for e in corpus.entries() if e.name in NAMES]
 
 
