@@ -10,7 +10,6 @@ order was called at least once (a consumer that never XACKs, never dead-letters,
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 import pytest
@@ -31,7 +30,6 @@ LATE = 3                    # ok orders the harness adds once the poison's first
 class RetryRun:
     first: tuple[dict, ...]         # what the harness added before the run
     late: tuple[dict, ...]          # what it added after the poison's first failure (() if that never came)
-    late_added_at: float | None     # time.time() just before those were added
     ids: dict                       # order id -> its entry id in `orders` (bytes)
     run: ScriptRun
     group: streams.GroupState | None
@@ -67,11 +65,10 @@ def _add_late(client, late: list[dict], poison_failed: threading.Event, late_add
     from this thread, never from the channel's thread (which must answer the learner at once)."""
     while not poison_failed.wait(0.01):
         if cancelled.is_set():
-            return None, []
-    at = time.time()
+            return []
     ids = streams.seed(client, late)
     late_added.set()
-    return at, ids
+    return ids
 
 
 def _dlq_has(client, order_id: str) -> bool:
@@ -127,10 +124,10 @@ def observe_retry(learner, redis_backend, cancelled: threading.Event | None = No
             run = learner.run("consumer.py", endpoint, timeout=RUN_TIMEOUT, stop_when=stop_when, app=app,
                               run_clock=RunClock.real())
             adder.cancelled.set()
-            late_at, late_ids = adder.result()
+            late_ids = adder.result()
         added_late = tuple(late) if late_ids else ()
         ids = {o["order_id"]: i for o, i in zip(first + list(added_late), list(first_ids) + list(late_ids))}
-        return RetryRun(first=tuple(first), late=added_late, late_added_at=late_at, ids=ids, run=run,
+        return RetryRun(first=tuple(first), late=added_late, ids=ids, run=run,
                         group=streams.group(client), pending=tuple(streams.pending(client)),
                         dlq_type=streams.key_type(client, lab.DLQ), dlq=tuple(streams.entries(client, lab.DLQ)))
 
