@@ -22,7 +22,7 @@ NAMES = {"immediate-endless-retries", "reread-own-pending-at-once", "constant-mi
          "dlq-entry-bare", "dlq-as-list", "key-kept-on-failure", "fabricated-dead-letter", "retry-in-line",
          "fixed-consumer-name", "bytes-fields", "xautoclaim-per-delivery", "deliveries-from-xpending",
          "not-before-schedule", "never-xacks",
-         "xclaim-justid-retrycount"}
+         "xclaim-justid-retrycount", "xautoclaim-for-show"}
 ENTRIES = [e for e in corpus.entries() if e.name in NAMES]
 
 
@@ -109,12 +109,14 @@ def test_a_redelivery_that_skips_apply_is_seen_in_the_pending_count_or_an_xclaim
 
 @pytest.mark.parametrize("gaps, idles, grows", [
     ((0.25, 0.45), (200, 400), True),      # the reference
-    ((0.29, 0.21), (200, 400), True),      # judged on the min-idle: the observed waits are noise
+    ((0.29, 0.33), (200, 400), True),      # judged on the min-idle: the observed waits alone are too close
     ((0.21, 0.29), (200, 200), False),     # a constant min-idle, the poll's jitter making the 2nd longer
     ((0.21, 0.29), (None, None), False),
     ((0.25, 0.45), (100, 100), True),      # own schedule, constant guard min-idle: judged on the waits
     ((0.25, 0.45), (50, 80), True),
     ((0.12, 0.15), (50, 80), False),       # min-idle under MIN_RETRY_GAP counts for nothing
+    ((0.15, 0.15), (200, 400), False),     # a claim for show: 150 ms is not 400 ms of idle time
+    ((0.21, 0.31), (200, 400), True),      # 100 ms of work between the delivery and the call is allowed
 ])
 def test_the_second_wait_must_be_longer(gaps, idles, grows):
     first = redelivery.Redelivery(0.0, gaps[0], idles[0])

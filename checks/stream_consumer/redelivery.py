@@ -76,12 +76,23 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
     return found
 
 
+def claimed_with(redelivered: Redelivery) -> int | None:
+    """The min-idle that brought the entry back, if the observed wait agrees with it: a claim with min-idle
+    m takes an entry idle for m since its last delivery, which came just before the failed call; MIN_RETRY_GAP
+    is allowed for the work between that delivery and the call. A wait much shorter than the min-idle says
+    the claim did not take it (an XAUTOCLAIM sent for show, the entry re-read from the consumer's own list)."""
+    m = redelivered.min_idle_ms
+    if m is None or redelivered.gap < m / 1000 - lab.MIN_RETRY_GAP:
+        return None
+    return m
+
+
 def waits_grow(first: Redelivery, second: Redelivery) -> bool:
     """Whether the second wait is longer than the first: by the min-idle the entry was claimed with (both
-    at least MIN_RETRY_GAP), or by the observed gaps, the second longer by MIN_RETRY_GAP at least (a
-    constant min-idle seen through a poll period of up to 100 ms must not pass by chance)."""
-    floor = lab.MIN_RETRY_GAP * 1000
-    if first.min_idle_ms is not None and second.min_idle_ms is not None:
-        if floor <= first.min_idle_ms < second.min_idle_ms:
-            return True
+    at least MIN_RETRY_GAP, each agreeing with its wait), or by the observed gaps, the second longer by
+    MIN_RETRY_GAP at least (a constant min-idle seen through a poll period of up to 100 ms must not pass by
+    chance)."""
+    idle1, idle2 = claimed_with(first), claimed_with(second)
+    if idle1 is not None and idle2 is not None and lab.MIN_RETRY_GAP * 1000 <= idle1 < idle2:
+        return True
     return second.gap >= first.gap + lab.MIN_RETRY_GAP

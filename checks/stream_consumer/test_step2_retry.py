@@ -3,8 +3,9 @@ or XCLAIM, after a wait of at least MIN_RETRY_GAP that grows from the first rede
 and is then applied once.
 
 Each redelivery's wait is the gap between the failed call and the next call (Call.t); it grows when the
-min-idle of the claims that brought it back grows (both >= MIN_RETRY_GAP), or when the second observed
-gap is longer than the first by MIN_RETRY_GAP at least (redelivery.waits_grow).
+min-idle of the claims that brought it back grows (both >= MIN_RETRY_GAP, each agreeing with its observed
+wait), or when the second observed gap is longer than the first by MIN_RETRY_GAP at least
+(redelivery.waits_grow).
 """
 import pytest
 
@@ -63,7 +64,12 @@ def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, 
     if not redelivery.claims_between(run.commands, entry_id, calls[0].t, calls[-1].t):
         fail(tr("step2.no_claim", id=order_id, stream=lab.STREAM))
     first, second = again[0], again[1]
-    if not redelivery.waits_grow(first, second):
-        shown = [str(r.min_idle_ms) if r.min_idle_ms is not None else "?" for r in (first, second)]
-        fail(tr("step2.not_growing", id=order_id, gap1_ms=_ms(first.gap), gap2_ms=_ms(second.gap),
-                idle1=shown[0], idle2=shown[1], margin_ms=_ms(lab.MIN_RETRY_GAP)))
+    if redelivery.waits_grow(first, second):
+        return
+    for number, redelivered in enumerate(again[:2], start=2):
+        if redelivered.min_idle_ms is not None and redelivery.claimed_with(redelivered) is None:
+            fail(tr("step2.claim_not_taken", id=order_id, n=number, gap_ms=_ms(redelivered.gap),
+                    idle_ms=redelivered.min_idle_ms))
+    shown = [str(r.min_idle_ms) if r.min_idle_ms is not None else "?" for r in (first, second)]
+    fail(tr("step2.not_growing", id=order_id, gap1_ms=_ms(first.gap), gap2_ms=_ms(second.gap),
+            idle1=shown[0], idle2=shown[1], margin_ms=_ms(lab.MIN_RETRY_GAP)))
