@@ -4,7 +4,11 @@ On a private Redis with group `workers` created at id 0 by the harness, a few `o
 of them (not the first: some work is done before the crash, some is left to the restart) is the target.
 The first run's EffectsApp ends the learner's process right after the target's effect is applied, before
 its XACK (the stub exits with status 86). The harness then notes what a crash leaves behind: is the target
-still pending, with which delivery count, which effects were applied. The second run is consumer.py again,
+still pending, with which delivery count, which effects were applied. If entries were never delivered (a
+consumer reading one at a time), the harness reads the next one as the ended consumer (its name, from the
+pending list): a crashed process may always have had entries in hand that it never applied, and a restart
+that acknowledges whatever was left pending, as if all of it had been applied, must lose one here.
+The second run is consumer.py again,
 a new process (its own sandbox copy and /tmp: only what is in Redis survives), until every order is applied
 and nothing is pending or undelivered (held DONE_GRACE), or RESTART_WAIT s after its first command.
 
@@ -20,9 +24,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
+import redis
 
 from retrylab.appchannel import RunClock
-from retrylab.checks.stream_consumer import observe, streams
+from retrylab.checks.stream_consumer import lab, observe, streams
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, consumer_settled
 from retrylab.fixtures.stream_consumer import orders
@@ -44,6 +49,7 @@ class CrashRun:
     target_entry: bytes                         # its entry id in `orders`
     first: ScriptRun
     after_crash: tuple[streams.Pending, ...]    # the pending list once the first run ended
+    handed: bytes | None                        # an entry the harness then read as the ended consumer
     second: ScriptRun | None                    # None: the first run left nothing to restart from
     at_end: tuple[streams.Pending, ...]         # the pending list once the second run ended
     group: streams.GroupState | None            # the group at the end
@@ -160,6 +166,16 @@ def _given_up(target_id: str, seconds: float):
     return when(late, Reason.CAP, lambda progress: tr("step4.gave_up", seconds=seconds, id=target_id))
 
 
+def _hand_one_more(client, consumer: bytes) -> bytes | None:
+    """Deliver the next undelivered entry, if any, to the ended `consumer`: an entry it had in hand, unapplied."""
+    try:
+        read = client.xreadgroup(lab.GROUP, consumer, {lab.STREAM: ">"}, count=1)
+    except redis.ResponseError:     # the learner's first run removed the group or the stream: nothing to hand
+        return None
+    entries = read[0][1] if read else []
+    return entries[0][0] if entries else None
+
+
 def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
     batch = orders.batch(*["ok"] * ORDERS)
     target = batch[TARGET]
@@ -171,16 +187,19 @@ def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
                             stop_when=consumer_settled(_first_done(target["order_id"]), cancelled))
         after_crash = tuple(streams.pending(client))
         record = CrashRun(seeded=tuple(batch), target=target, target_entry=ids[TARGET], first=first,
-                          after_crash=after_crash, second=None, at_end=after_crash, group=streams.group(client))
+                          after_crash=after_crash, handed=None, second=None, at_end=after_crash,
+                          group=streams.group(client))
         if not record.ended_at_target() or record.target_pending(after_crash) is None \
                 or (cancelled is not None and cancelled.is_set()):
             return record
+        handed = _hand_one_more(client, record.target_pending(after_crash).consumer)
         stop = consumer_settled(_second_done(batch, observe.effects(first)), cancelled) \
             | _given_up(target["order_id"], RESTART_WAIT)
         second = learner.run("consumer.py", endpoint, timeout=RUN_TIMEOUT, app=app, run_clock=RunClock.real(),
                              stop_when=stop)
         return CrashRun(seeded=tuple(batch), target=target, target_entry=ids[TARGET], first=first,
-                        after_crash=after_crash, second=second, at_end=tuple(streams.pending(client)),
+                        after_crash=after_crash, handed=handed, second=second,
+                        at_end=tuple(streams.pending(client)),
                         group=streams.group(client))
 
 

@@ -1,0 +1,171 @@
+"""stream-consumer step 4 (idempotent): the harness's end of the learner's process (EffectsApp end_after),
+the reading of the relay's commands, the crash-and-restart run of the reference, and the step 1 and 4
+verdicts of the reference and of the corpus entries this step added, on both backends."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from retrylab.appchannel import Argument
+from retrylab.brokers.redis import BROKER, make_backend
+from retrylab.brokers.redis.commands import Command
+from retrylab.checks.stream_consumer import observe
+from retrylab.checks.stream_consumer.run_crash import (ORDERS, acks, names, observe_crash, reads_noack, stream_ids,
+                                                       takes_back)
+from retrylab.fixtures.stream_consumer import corpus, orders
+from retrylab.fixtures.stream_consumer.effects import ENDED_STATUS, EffectError
+from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
+from retrylab.grading import grade
+from retrylab.runner import LearnerRunner
+
+BACKENDS = ["fake", "redis-server"]
+EXERCISE = "stream-consumer"
+ENTRIES = [e for e in corpus.entries() if e.name.startswith("idempotent-")]
+# why each wrong entry fails step 4: a phrase of the English message it must get
+REASONS = {
+    "idempotent-no-key": "was applied 2 times",
+    "idempotent-key-after-effect": "was applied 2 times",
+    "idempotent-memory-set": "was applied 2 times",
+    "idempotent-ack-before-effect": "was XACKed before its effect was applied",
+    "idempotent-skip-without-ack": "rightly not applied again, but it was never XACKed",
+    "idempotent-never-reclaims": "was never taken back",
+    "idempotent-exit-hooks-ack": "still sent XACK about that entry",
+    "idempotent-exit-hook-marks-done": "still sent SET about that entry",
+    "idempotent-exit-ignored": "went on running until the harness stopped it",
+    "idempotent-acks-pending-at-start": "was never applied across the restart",
+}
+
+
+# -- EffectsApp's end_after -----------------------------------------------------------------------
+
+def _call(app: EffectsApp, fields: dict):
+    return app.decide("apply", (Argument(text="", type_name="dict", truncated=False, decoded=True, value=fields),))
+
+
+def test_end_after_ends_the_process_after_the_targets_first_effect_only():
+    target, other = orders.batch("ok", "ok")
+    app = EffectsApp(seeded=[target, other], end_after={target["order_id"]})
+    assert _call(app, other).value == {"pause": 0.0, "end_process": False}
+    first = _call(app, target)
+    assert first.error is None and first.id == target["order_id"]
+    assert first.value == {"pause": 0.0, "end_process": True}
+    # the restarted consumer is left alone: a second call applies (and is counted) without ending it
+    assert _call(app, target).value == {"pause": 0.0, "end_process": False}
+
+
+def test_end_after_waits_for_an_effect_that_applies():
+    flaky = orders.new_order("flaky")
+    app = EffectsApp(seeded=[flaky], end_after={flaky["order_id"]})
+    for _ in range(2):   # a failed call applies nothing: there is no effect to end the process after
+        decision = _call(app, flaky)
+        assert isinstance(decision.error, EffectError) and decision.value is None
+    assert _call(app, flaky).value["end_process"] is True
+
+
+# -- what the relay's commands say ----------------------------------------------------------------
+
+def _cmd(*args: str | bytes) -> Command:
+    raw = tuple(a if isinstance(a, bytes) else a.encode() for a in args)
+    return Command(seq=0, conn=1, at=0.0, args=raw, truncated=False)
+
+
+ENTRY, OWNER = b"1700000000000-1", b"host-42"
+
+
+@pytest.mark.parametrize("command, ids", [
+    (_cmd("XREADGROUP", "GROUP", "workers", "c", "COUNT", "10", "BLOCK", "100", "STREAMS", "orders", ">"), [b">"]),
+    (_cmd("xreadgroup", "group", "workers", "c", "streams", "orders", "dlq", "0", ">"), [b"0", b">"]),
+    (_cmd("XREADGROUP", "GROUP", "workers", "streams", "STREAMS", "orders", "0"), [b"0"]),  # a consumer named so
+    (_cmd("XREADGROUP", "GROUP", "workers", "c", "STREAMS", "orders"), []),                  # malformed: no id
+    (_cmd("XREAD", "STREAMS", "orders", "0"), []),
+])
+def test_stream_ids_are_read_after_streams(command, ids):
+    assert stream_ids(command) == ids
+
+
+@pytest.mark.parametrize("command, expected", [
+    (_cmd("XCLAIM", "orders", "workers", "me", "200", ENTRY), True),
+    (_cmd("XCLAIM", "orders", "workers", "me", "200", b"1700000000000-2", "JUSTID"), False),   # another entry
+    (_cmd("XAUTOCLAIM", "orders", "workers", "me", "200", "0-0", "COUNT", "10"), True),
+    (_cmd("XREADGROUP", "GROUP", "workers", OWNER, "STREAMS", "orders", "0"), True),   # its own pending list
+    (_cmd("XREADGROUP", "GROUP", "workers", "someone-else", "STREAMS", "orders", "0"), False),
+    (_cmd("XREADGROUP", "GROUP", "workers", OWNER, "STREAMS", "orders", ">"), False),  # only new entries
+    (_cmd("XPENDING", "orders", "workers", "-", "+", "10"), False),
+])
+def test_takes_back_knows_what_redelivers_the_entry(command, expected):
+    assert takes_back(command, ENTRY, OWNER) is expected
+
+
+def test_acks_noack_and_names():
+    assert acks(_cmd("XACK", "orders", "workers", b"1-0", ENTRY), ENTRY)
+    assert not acks(_cmd("XACK", "orders", "workers", b"1-0"), ENTRY)
+    assert not acks(_cmd("XADD", "orders", "*", "source_id", ENTRY), ENTRY)
+    assert reads_noack(_cmd("XREADGROUP", "GROUP", "workers", "c", "NOACK", "STREAMS", "orders", ">"))
+    assert not reads_noack(_cmd("XREADGROUP", "GROUP", "workers", "noack", "STREAMS", "orders", ">"))
+    assert names(_cmd("SET", "orders:done:ord-1", ENTRY, "NX"), ENTRY, b"ord-1")
+    assert names(_cmd("SADD", "orders:applied", "ord-1"), ENTRY, b"ord-1")
+    assert not names(_cmd("SET", "orders:done:ord-2", "x"), ENTRY, b"ord-1")
+    assert not names(_cmd("ord-1"), ENTRY, b"ord-1")   # the command's name is not an argument
+
+
+# -- the reference's crash and restart, observed directly -----------------------------------------
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request):
+    made = make_backend(request.param)
+    made.start()
+    yield made
+    made.stop()
+
+
+def test_reference_is_ended_at_the_target_and_restarted_without_a_second_effect(backend):
+    runner = LearnerRunner(corpus.REFERENCE, learner_imports=BROKER.learner_imports)
+    began = time.monotonic()
+    crash = observe_crash(runner, backend)
+    took = time.monotonic() - began
+    assert crash.first.result.returncode == ENDED_STATUS, observe.how_it_ran(crash.first)
+    assert crash.ended_at_target()
+    left = crash.target_pending(crash.after_crash)
+    assert left is not None and left.deliveries == 1
+    assert observe.effects(crash.first)[crash.target_id] == 1
+    assert crash.second is not None and crash.second.result.reason == "done_idle", observe.how_it_ran(crash.second)
+    # the reference's consumer has a new name after the restart: it reclaims by idle time with XCLAIM
+    assert any(takes_back(c, crash.target_entry, left.consumer) for c in crash.second.commands)
+    assert observe.effects(crash.second)[crash.target_id] == 0
+    assert crash.effects() == {o["order_id"]: 1 for o in crash.seeded} and len(crash.seeded) == ORDERS
+    assert crash.handed is None   # it had read every entry before it was ended: all of them were pending
+    assert crash.at_end == () and crash.group.undelivered == 0
+    assert took < 4.0, f"the crash and restart took {took:.1f} s"
+
+
+# -- verdicts through the grading -----------------------------------------------------------------
+
+def _explain(report) -> str:
+    return "\n".join(f"step {r.number} {r.status}: {r.message}" for r in report.lab_results)
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_reference_passes_steps_1_and_4(backend_name):
+    report = grade(corpus.REFERENCE, backend=backend_name, steps=(1, 4), exercise_id=EXERCISE)
+    assert {r.number: r.status for r in report.lab_results} == {1: "pass", 4: "pass"}, _explain(report)
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
+def test_corpus_entry_gets_its_step_1_and_4_verdicts(entry, backend_name, tmp_path):
+    submission = entry.materialize(tmp_path / "submission")
+    report = grade(submission, backend=backend_name, steps=(1, 4), exercise_id=EXERCISE)
+    verdicts = {r.number: r.status for r in report.lab_results}
+    assert verdicts == {1: entry.expect[1], 4: entry.expect[4]}, f"{entry.id}: {entry.why}\n{_explain(report)}"
+    step4 = next(r for r in report.lab_results if r.number == 4)
+    if step4.status == "fail":
+        assert REASONS[entry.name] in step4.message and "Hint:" in step4.message, step4.message
+
+
+def test_every_wrong_entry_of_this_step_has_its_reason_and_fails_step_4():
+    wrong = {e.name for e in ENTRIES if e.kind == "wrong"}
+    assert wrong == set(REASONS)
+    assert all(e.expect[4] == "fail" for e in ENTRIES if e.kind == "wrong")
+    assert all(set(e.expect.values()) == {"pass"} and set(e.expect) == set(range(1, 7))
+               for e in ENTRIES if e.kind == "correct")
