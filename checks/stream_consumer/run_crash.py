@@ -4,18 +4,19 @@ On a private Redis with group `workers` created at id 0 by the harness, a few `o
 of them (not the first: some work is done before the crash, some is left to the restart) is the target.
 The first run's EffectsApp ends the learner's process right after the target's effect is applied, before
 its XACK (the stub exits with status 86). The harness then notes what a crash leaves behind: is the target
-still pending, with which delivery count, which effects were applied. If entries were never delivered (a
-consumer reading one at a time), the harness reads the next one as the ended consumer (its name, from the
-pending list): a crashed process may always have had entries in hand that it never applied, and a restart
-that acknowledges whatever was left pending, as if all of it had been applied, must lose one here.
-The second run is consumer.py again,
-a new process (its own sandbox copy and /tmp: only what is in Redis survives), until every order is applied
-and nothing is pending or undelivered (held DONE_GRACE), or RESTART_WAIT s after its first command.
+still pending, with which delivery count, which effects were applied.
+
+If entries are still undelivered then (a consumer reading one at a time), the harness reads the next one as
+the ended consumer (its name, from the pending list): a crashed process may have had entries in hand that
+it never applied, and a restart that acknowledges whatever was left pending, as if all of it had been
+applied, must lose one here. The second run is consumer.py again, a new process (its own sandbox copy and
+/tmp: only what is in Redis survives), until every order is applied and nothing is pending or undelivered
+(held DONE_GRACE), or RESTART_WAIT s after its first command.
 
 Both runs share one EffectsApp, so `end_after` acts once (the restarted consumer is left alone) and an
 order's calls are counted across the restart; each run keeps its own call log (ScriptRun.calls), summed
-by `effects()`. The second run is skipped when the first did not leave the target pending after its effect:
-there is nothing to restart from, and the check fails on the first run alone.
+by `effects()`. There is no second run when the first did not leave the target pending after its effect:
+nothing to restart from, and the check fails on the first run alone.
 """
 from __future__ import annotations
 
@@ -189,9 +190,8 @@ def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
         record = CrashRun(seeded=tuple(batch), target=target, target_entry=ids[TARGET], first=first,
                           after_crash=after_crash, handed=None, second=None, at_end=after_crash,
                           group=streams.group(client))
-        if not record.ended_at_target() or record.target_pending(after_crash) is None \
-                or (cancelled is not None and cancelled.is_set()):
-            return record
+        if not record.ended_at_target() or record.target_pending(after_crash) is None:
+            return record   # (when `cancelled` is set, the second run is stopped at once, and says so)
         handed = _hand_one_more(client, record.target_pending(after_crash).consumer)
         stop = consumer_settled(_second_done(batch, observe.effects(first)), cancelled) \
             | _given_up(target["order_id"], RESTART_WAIT)
