@@ -3,8 +3,6 @@ the reading of the relay's commands, the crash-and-restart run of the reference,
 verdicts of the reference and of the corpus entries this step added, on both backends."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from retrylab.appchannel import Argument
@@ -33,7 +31,7 @@ REASONS = {
     "idempotent-exit-hooks-ack": "still sent XACK about that entry",
     "idempotent-exit-hook-marks-done": "still sent SET about that entry",
     "idempotent-exit-ignored": "went on running until the harness stopped it",
-    "idempotent-acks-pending-at-start": "was never applied across the restart",
+    "idempotent-acks-pending-at-start": "before the restart the harness delivered it to the ended consumer",
 }
 
 
@@ -121,22 +119,20 @@ def backend(request):
 
 def test_reference_is_ended_at_the_target_and_restarted_without_a_second_effect(backend):
     runner = LearnerRunner(corpus.REFERENCE, learner_imports=BROKER.learner_imports)
-    began = time.monotonic()
     crash = observe_crash(runner, backend)
-    took = time.monotonic() - began
     assert crash.first.result.returncode == ENDED_STATUS, observe.how_it_ran(crash.first)
     assert crash.ended_at_target()
     left = crash.target_pending(crash.after_crash)
-    assert left is not None and left.deliveries == 1
+    assert left is not None and left.deliveries == 1, crash.after_crash
     assert observe.effects(crash.first)[crash.target_id] == 1
     assert crash.second is not None and crash.second.result.reason == "done_idle", observe.how_it_ran(crash.second)
-    # the reference's consumer has a new name after the restart: it reclaims by idle time with XCLAIM
+    # the reference reclaims by idle time with XCLAIM (its name, host-pid, may well be the same again: the
+    # sandbox gives each run its own PID namespace)
     assert any(takes_back(c, crash.target_entry, left.consumer) for c in crash.second.commands)
     assert observe.effects(crash.second)[crash.target_id] == 0
-    assert crash.effects() == {o["order_id"]: 1 for o in crash.seeded} and len(crash.seeded) == ORDERS
+    assert crash.effects() == {o["order_id"]: 1 for o in crash.seeded} and len(crash.seeded) == ORDERS, crash.effects()
     assert crash.handed is None   # it had read every entry before it was ended: all of them were pending
-    assert crash.at_end == () and crash.group.undelivered == 0
-    assert took < 4.0, f"the crash and restart took {took:.1f} s"
+    assert crash.at_end == () and crash.group.undelivered == 0, (crash.at_end, crash.group)
 
 
 # -- verdicts through the grading -----------------------------------------------------------------

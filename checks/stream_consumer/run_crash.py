@@ -47,13 +47,17 @@ RESTART_WAIT = 2.5      # real seconds after the restarted consumer's first comm
 class CrashRun:
     seeded: tuple[dict, ...]
     target: dict                                # the order whose effect ended the first run
-    target_entry: bytes                         # its entry id in `orders`
+    seeded_ids: tuple[bytes, ...]               # each order's entry id in `orders`
     first: ScriptRun
     after_crash: tuple[streams.Pending, ...]    # the pending list once the first run ended
     handed: bytes | None                        # an entry the harness then read as the ended consumer
     second: ScriptRun | None                    # None: the first run left nothing to restart from
     at_end: tuple[streams.Pending, ...]         # the pending list once the second run ended
     group: streams.GroupState | None            # the group at the end
+
+    @property
+    def target_entry(self) -> bytes:
+        return self.seeded_ids[TARGET]
 
     @property
     def target_id(self) -> str:
@@ -187,7 +191,7 @@ def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
         first = learner.run("consumer.py", endpoint, timeout=FIRST_TIMEOUT, app=app, run_clock=RunClock.real(),
                             stop_when=consumer_settled(_first_done(target["order_id"]), cancelled))
         after_crash = tuple(streams.pending(client))
-        record = CrashRun(seeded=tuple(batch), target=target, target_entry=ids[TARGET], first=first,
+        record = CrashRun(seeded=tuple(batch), target=target, seeded_ids=tuple(ids), first=first,
                           after_crash=after_crash, handed=None, second=None, at_end=after_crash,
                           group=streams.group(client))
         if not record.ended_at_target() or record.target_pending(after_crash) is None:
@@ -197,7 +201,7 @@ def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
             | _given_up(target["order_id"], RESTART_WAIT)
         second = learner.run("consumer.py", endpoint, timeout=RUN_TIMEOUT, app=app, run_clock=RunClock.real(),
                              stop_when=stop)
-        return CrashRun(seeded=tuple(batch), target=target, target_entry=ids[TARGET], first=first,
+        return CrashRun(seeded=tuple(batch), target=target, seeded_ids=tuple(ids), first=first,
                         after_crash=after_crash, handed=handed, second=second,
                         at_end=tuple(streams.pending(client)),
                         group=streams.group(client))

@@ -69,6 +69,10 @@ def test_a_redelivery_after_a_crash_does_not_apply_twice(crash_run: CrashRun, re
 
     others = [o["order_id"] for o in crash.seeded if o["order_id"] != target]
     lost = [o for o in others if effects[o] == 0]
+    handed = next((o for o, i in zip(crash.seeded, crash.seeded_ids) if i == crash.handed), None)
+    if handed is not None and handed["order_id"] in lost:
+        fail(tr("step4.handed_lost", id=handed["order_id"], entry=streams.text(crash.handed),
+                consumer=streams.text(crashed.consumer)))
     if lost:
         fail(tr("step4.others_lost", missing=len(lost), total=len(others), id=lost[0], how=how))
     twice = [o for o in others if effects[o] > 1]
