@@ -8,14 +8,15 @@ import pytest
 from retrylab.appchannel import Argument
 from retrylab.brokers.redis import BROKER, make_backend
 from retrylab.brokers.redis.commands import Command
+from retrylab.calllog import Call
 from retrylab.checks.stream_consumer import observe
-from retrylab.checks.stream_consumer.run_crash import (ORDERS, acks, names, observe_crash, reads_noack, stream_ids,
-                                                       takes_back)
+from retrylab.checks.stream_consumer.run_crash import (ORDERS, TARGET, CrashRun, acks, names, observe_crash,
+                                                       reads_noack, sent_after_the_end, stream_ids, takes_back)
 from retrylab.fixtures.stream_consumer import corpus, orders
 from retrylab.fixtures.stream_consumer.effects import ENDED_STATUS, EffectError
 from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
 from retrylab.grading import grade
-from retrylab.runner import LearnerRunner
+from retrylab.runner import LearnerRunner, ScriptRun
 
 BACKENDS = ["fake", "redis-server"]
 EXERCISE = "stream-consumer"
@@ -28,9 +29,10 @@ REASONS = {
     "idempotent-ack-before-effect": "was XACKed before its effect was applied",
     "idempotent-skip-without-ack": "rightly not applied again, but it was never XACKed",
     "idempotent-never-reclaims": "was never taken back",
-    "idempotent-exit-hooks-ack": "still sent XACK about that entry",
-    "idempotent-exit-hook-marks-done": "still sent SET about that entry",
+    "idempotent-exit-hooks-ack": "still sent XACK (",
+    "idempotent-exit-hook-marks-done": "still sent SET (",
     "idempotent-exit-ignored": "went on running until the harness stopped it",
+    "idempotent-exit-hook-hashed-key": "still sent SET (",
     "idempotent-acks-pending-at-start": "before the restart the harness delivered it to the ended consumer",
 }
 
@@ -105,6 +107,48 @@ def test_acks_noack_and_names():
     assert names(_cmd("SADD", "orders:applied", "ord-1"), ENTRY, b"ord-1")
     assert not names(_cmd("SET", "orders:done:ord-2", "x"), ENTRY, b"ord-1")
     assert not names(_cmd("ord-1"), ENTRY, b"ord-1")   # the command's name is not an argument
+
+
+def _crash_with(commands) -> CrashRun:
+    """A first run whose target's effect was applied at t=10.0, having sent `commands(entry, order)`: the
+    target's entry id and order id -> [(at, conn, args)]."""
+    seeded = orders.batch(*["ok"] * ORDERS)
+    ids = tuple(f"1700000000000-{n}".encode() for n in range(ORDERS))
+    target = seeded[TARGET]
+    effect = Call(t=10.0, id=target["order_id"], is_dict=True, arg="{}", outcome="ok", error=None, fn="apply")
+    sent = tuple(Command(seq=n, conn=conn, at=at, args=tuple(a.encode() for a in args), truncated=False)
+                 for n, (at, conn, args) in enumerate(commands(ids[TARGET].decode(), target["order_id"])))
+    first = ScriptRun(result=None, calls=(effect,), commands=sent)
+    return CrashRun(seeded=tuple(seeded), target=target, seeded_ids=ids, first=first, after_crash=(),
+                    handed=None, second=None, at_end=(), group=None)
+
+
+def test_nothing_sent_after_the_end_is_what_a_crash_looks_like():
+    crash = _crash_with(lambda entry, order: [
+        (9.0, 1, ("XREADGROUP", "GROUP", "workers", "c", "STREAMS", "orders", ">")),
+        (9.5, 1, ("SET", f"orders:done:{order}", "1", "NX"))])
+    assert sent_after_the_end(crash) is None
+
+
+@pytest.mark.parametrize("late", [lambda entry, order: ("XACK", "orders", "workers", entry),
+                                  lambda entry, order: ("SET", f"orders:done:{order}", "1")], ids=["xack", "key"])
+def test_a_command_naming_the_target_after_the_end_counts_on_any_connection(late):
+    crash = _crash_with(lambda entry, order: [(9.0, 1, ("PING",)), (9.1, 2, ("PING",)),
+                                              (10.0004, 3, late(entry, order))])
+    assert sent_after_the_end(crash) is crash.first.commands[-1]
+
+
+def test_on_one_connection_a_new_command_after_the_end_counts_and_a_repeated_one_does_not():
+    heartbeat = ("SET", "consumers:c:alive", "1700.1", "EX", "5")
+    new_key = _crash_with(lambda entry, order: [(9.0, 1, heartbeat), (10.001, 1, ("SET", "d:5f1e0c", "1"))])
+    assert sent_after_the_end(new_key).args[1] == b"d:5f1e0c"
+    repeated = _crash_with(lambda entry, order: [(9.0, 1, heartbeat),
+                                                 (10.001, 1, ("SET", "consumers:c:alive", "1700.2", "EX", "5"))])
+    assert sent_after_the_end(repeated) is None
+    # two connections before the effect: another thread may have been at work, only the target counts
+    threaded = _crash_with(lambda entry, order: [(9.0, 1, heartbeat), (9.1, 2, ("PING",)),
+                                                 (10.001, 1, ("SET", "d:5f1e0c", "1"))])
+    assert sent_after_the_end(threaded) is None
 
 
 # -- the reference's crash and restart, observed directly -----------------------------------------

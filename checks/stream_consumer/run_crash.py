@@ -127,6 +127,26 @@ def acks(command, entry: bytes) -> bool:
     return command.name == "XACK" and entry in command.args[3:]
 
 
+def sent_after_the_end(crash: CrashRun):
+    """The first command the first run sent after the target's effect ended it, that a crashed process could
+    not have sent (None: none). A command sent then means the end was intercepted (an os._exit replaced to
+    acknowledge or mark the entry first). What counts:
+    - a command naming the target (its entry id or order id);
+    - when the consumer used a single connection until then (it was blocked in effects.apply: nothing else
+      could send), a command new to it: not one it had sent before on the same key. Another thread's
+      routine (a heartbeat, a poll) may send in that instant, and repeats what it did before; and with
+      more connections, another thread's work on other entries may be on its way just then."""
+    effect_at, commands = crash.effect_time(), crash.first.commands
+    if effect_at is None:
+        return None
+    before = [c for c in commands if c.at <= effect_at]
+    single = len({c.conn for c in before}) <= 1
+    routine = {(c.name, c.args[1:2]) for c in before}
+    return next((c for c in commands if c.at > effect_at
+                 and (names(c, crash.target_entry, crash.target_id.encode())
+                      or (single and (c.name, c.args[1:2]) not in routine))), None)
+
+
 # -- the runs -----------------------------------------------------------------------------------
 
 def _applied(progress, order_id: str) -> bool:

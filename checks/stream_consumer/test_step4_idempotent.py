@@ -4,7 +4,7 @@ import pytest
 
 from retrylab.checks.stream_consumer import lab, observe, streams
 from retrylab.checks.stream_consumer.catalog import tr
-from retrylab.checks.stream_consumer.run_crash import CrashRun, acks, names, reads_noack, takes_back
+from retrylab.checks.stream_consumer.run_crash import CrashRun, acks, reads_noack, sent_after_the_end, takes_back
 from retrylab.fixtures.stream_consumer.effects import ENDED_STATUS
 from retrylab.verdict import fail
 
@@ -22,14 +22,10 @@ def _first_run_ended_at_target(crash: CrashRun) -> None:
 
 
 def _nothing_after_the_end(crash: CrashRun) -> None:
-    """A process that really crashed cannot act: a command about the target after its effect means the
-    end was intercepted (an os._exit replaced to acknowledge or mark the entry first)."""
-    effect_at = crash.effect_time()
-    late = [c for c in crash.first.commands
-            if c.at > effect_at and names(c, crash.target_entry, crash.target_id.encode())]
-    if late:
-        fail(tr("step4.acted_after_end", id=crash.target_id, command=late[0].name,
-                ms=round((late[0].at - effect_at) * 1000)))
+    late = sent_after_the_end(crash)
+    if late is not None:
+        fail(tr("step4.acted_after_end", id=crash.target_id, command=late.name,
+                ms=round((late.at - crash.effect_time()) * 1000)))
 
 
 def _target_left_pending(crash: CrashRun) -> streams.Pending:
