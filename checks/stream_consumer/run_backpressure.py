@@ -1,0 +1,220 @@
+"""Step 6's run: producer.py --count N --max-lag M against consumer.py, which drains slower than it could add.
+
+On a private Redis with group `workers` made at id 0 (LAB.md), consumer.py runs in a thread beside the
+grading (its effects each take EFFECT_PAUSE real seconds, so it drains at a known slow rate), and a second
+thread samples the group's lag (undelivered + pending) every SAMPLE_PERIOD. Once the consumer has joined
+the group, producer.py runs with N and M drawn for this grading. When it exits, the consumer is left to
+drain (held DONE_GRACE) and stopped. A producer that does not finish is stopped: once the group has been
+drained for HANG_GRACE real seconds while it still runs (it waits for a lag that is already gone), when
+the consumer is gone, or at its own time bound.
+
+The record is everything the check needs and nothing the learner's scripts could fake: the harness's lag
+samples, the entries left in `orders` and XINFO STREAM's entries-added (so entries that were trimmed or
+deleted count as added), effects per order id from the call log, refusals read from `orders:refused`
+(refusals.py says which shapes are accepted) each with the relay's time of the producer command that
+wrote it, and the commands that trimmed `orders` (XTRIM, XADD ... MAXLEN|MINID, or a script naming them).
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+import redis
+
+from retrylab.appchannel import RunClock
+from retrylab.checks.stream_consumer import lab, refusals, streams
+from retrylab.checks.stream_consumer.background import Beside, without_step_clock
+from retrylab.checks.stream_consumer.catalog import tr
+from retrylab.checks.stream_consumer.settling import consumer_settled, held_for
+from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
+from retrylab.runner import ScriptRun
+from retrylab.settle import Reason, when
+
+COUNTS = (60, 100)          # N, drawn per grading: enough orders for the lag to reach M many times over
+MAX_LAGS = (10, 20)         # M, drawn per grading
+EFFECT_PAUSE = 0.015        # real seconds per effect: the consumer drains ~50 orders/s, a producer adds far faster
+SAMPLE_PERIOD = 0.03        # seconds between two of the harness's lag samples
+JOIN_WAIT = 4.0             # real seconds the harness waits for consumer.py to read from the group
+HANG_GRACE = 1.0            # real seconds the group stays drained while producer.py runs on: it hangs
+PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what draining N orders takes
+
+
+@dataclass(frozen=True)
+class LagSample:
+    t: float                # epoch seconds (the relay's command times are too)
+    lag: int                # undelivered + pending
+
+
+@dataclass(frozen=True)
+class TimedRefusal:
+    refusal: refusals.Refusal
+    at: float | None        # when the producer sent the command that wrote it (None: no command of its did)
+
+
+@dataclass(frozen=True)
+class BackpressureRun:
+    count: int                          # N
+    max_lag: int                        # M
+    consumer: ScriptRun
+    consumer_joined: bool               # consumer.py read from the group before the harness gave up waiting
+    producer: ScriptRun | None          # None: not run (consumer.py never joined the group)
+    producer_window: tuple[float, float]  # epoch seconds: when producer.py started and ended
+    samples: tuple[LagSample, ...]
+    entries: tuple[streams.Entry, ...]  # what is left in `orders`
+    entries_added: int                  # XINFO STREAM entries-added: every entry ever added, trimmed or not
+    effects: Counter                    # order id -> effects applied
+    refusals: tuple[TimedRefusal, ...]
+    refused_type: str | None            # `orders:refused` is of a type no shape accepts
+    trims: tuple[str, ...]              # commands (shown) that trimmed `orders`
+
+
+class _Either:
+    """Set when either event is (a grading that ends, or a thread's own stop)."""
+
+    def __init__(self, *events: threading.Event):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
+def _sample_lag(endpoint, stop: threading.Event, cancelled: threading.Event) -> list[LagSample]:
+    samples: list[LagSample] = []
+    with endpoint.client() as client:
+        next_at = time.monotonic()
+        while not (stop.is_set() or cancelled.is_set()):
+            try:
+                state = streams.group(client)
+            except redis.RedisError:   # a learner's odd key: no sample this time
+                state = None
+            else:
+                samples.append(LagSample(time.time(), state.lag if state else 0))
+            next_at += SAMPLE_PERIOD
+            stop.wait(max(0.0, next_at - time.monotonic()))
+    return samples
+
+
+def _drained(client) -> bool:
+    state = streams.group(client)
+    return state is not None and state.pending == 0 and state.undelivered == 0
+
+
+def _consumer_done(client, producer_done: threading.Event):
+    def done(progress) -> bool:
+        return producer_done.is_set() and _drained(client)
+    return done
+
+
+def _producer_stop(client, consumer_gone: threading.Event):
+    idle = held_for(lambda progress: progress.started() and _drained(client), HANG_GRACE)
+    return (when(idle, Reason.CAP, lambda p: tr("step6.stopped_idle", seconds=HANG_GRACE))
+            | when(lambda progress: consumer_gone.is_set(), Reason.CAP, lambda p: tr("step6.stopped_consumer_gone")))
+
+
+def _notes_reading(reading: threading.Event):
+    """A condition that never stops the run: it sets `reading` once the consumer has sent XREADGROUP
+    (Redis 7.0 makes no consumer in the group for a read that found nothing, so XINFO cannot tell)."""
+    def look(progress) -> bool:
+        if not reading.is_set() and any(c.name == "XREADGROUP" for c in progress.commands()):
+            reading.set()
+        return False
+    return when(look, Reason.CAP)
+
+
+def _wait_for_consumer(reading: threading.Event, consumer_gone: threading.Event, cancelled) -> bool:
+    """Whether consumer.py reads from the group (it sent XREADGROUP) before JOIN_WAIT."""
+    deadline = time.monotonic() + JOIN_WAIT
+    while not (reading.is_set() or cancelled.is_set() or consumer_gone.is_set()) and time.monotonic() < deadline:
+        reading.wait(0.02)
+    return reading.is_set()
+
+
+def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> BackpressureRun:
+    count, max_lag = random.randint(*COUNTS), random.randint(*MAX_LAGS)
+    producer_timeout = count * EFFECT_PAUSE * 2 + PRODUCER_SLACK
+    with redis_backend.private() as endpoint, endpoint.client() as client:
+        streams.create_group(client)
+        producer_done, consumer_gone, reading = threading.Event(), threading.Event(), threading.Event()
+
+        def consume(stop: threading.Event) -> ScriptRun:
+            try:
+                return without_step_clock(learner).run(
+                    "consumer.py", endpoint, timeout=producer_timeout + JOIN_WAIT + 4.0,
+                    stop_when=_notes_reading(reading) | consumer_settled(_consumer_done(client, producer_done),
+                                                                         _Either(stop, cancelled)),
+                    app=EffectsApp(pause=EFFECT_PAUSE), run_clock=RunClock.real())
+            finally:
+                consumer_gone.set()
+
+        with Beside(lambda stop: _sample_lag(endpoint, stop, cancelled), "retrylab-lag-samples") as sampler, \
+                Beside(consume, "retrylab-consumer") as consumer:
+            joined = _wait_for_consumer(reading, consumer_gone, cancelled)
+            producer, started = None, time.time()
+            if joined and not cancelled.is_set():
+                producer = learner.run("producer.py", endpoint, timeout=producer_timeout,
+                                       stop_when=_producer_stop(client, consumer_gone), run_clock=RunClock.real(),
+                                       args=("--count", str(count), "--max-lag", str(max_lag)))
+            ended = time.time()
+            producer_done.set()
+            if producer is None:
+                consumer.cancelled.set()
+            consumer_run = consumer.result()
+            samples = sampler.stop()
+        found, refused_type = refusals.read(client)
+        commands = producer.commands if producer else ()
+        return BackpressureRun(
+            count=count, max_lag=max_lag, consumer=consumer_run, consumer_joined=joined, producer=producer,
+            producer_window=(started, ended), samples=tuple(samples),
+            entries=tuple(streams.entries(client, lab.STREAM)), entries_added=_entries_added(client),
+            effects=Counter(c.id for c in consumer_run.calls if c.outcome == "ok"),
+            refusals=tuple(TimedRefusal(r, _written_at(r, commands)) for r in found), refused_type=refused_type,
+            trims=tuple(_shown(c) for run in (producer, consumer_run) if run for c in run.commands if _trims(c)))
+
+
+def _entries_added(client) -> int:
+    if streams.key_type(client, lab.STREAM) != "stream":
+        return 0
+    info = client.xinfo_stream(lab.STREAM)
+    return int(info.get("entries-added") or info.get(b"entries-added") or 0)
+
+
+def _written_at(refusal: refusals.Refusal, commands) -> float | None:
+    """The time of the first producer command that names `orders:refused` and this order id."""
+    if not refusal.order_id:
+        return None
+    wanted, key = refusal.order_id.encode(), lab.REFUSED.encode()
+    for command in commands:
+        if key in command.args[1:] and any(wanted in arg for arg in command.args[2:]):
+            return command.at
+    return None
+
+
+_TRIM_OPTIONS = (b"MAXLEN", b"MINID")
+
+
+def _trims(command) -> bool:
+    """Whether `command` trims `orders`: XTRIM, XADD with MAXLEN/MINID, or a script that does either."""
+    args, name, key = command.args, command.name, lab.STREAM.encode()
+    if name == "XTRIM":
+        return len(args) > 1 and args[1] == key
+    if name == "XADD" and len(args) > 2 and args[1] == key:
+        options = args[3:] if args[2].upper() == b"NOMKSTREAM" else args[2:]   # options come before the id
+        return bool(options) and options[0].upper() in _TRIM_OPTIONS
+    if name in ("EVAL", "EVAL_RO", "FUNCTION") and len(args) > 1:
+        script = args[1].upper()
+        return b"XTRIM" in script or (b"XADD" in script and any(o in script for o in _TRIM_OPTIONS))
+    return False
+
+
+def _shown(command, limit: int = 80) -> str:
+    text = " ".join(a.decode("utf-8", "replace") for a in command.args)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@pytest.fixture(scope="session")
+def backpressure_run(learner, redis_backend) -> BackpressureRun:
+    return observe_backpressure(learner, redis_backend, threading.Event())
