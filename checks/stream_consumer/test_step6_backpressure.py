@@ -121,7 +121,7 @@ def _refused_only_under_pressure(bp, policy: str) -> None:
         if seen < threshold:
             early = sum(1 for t in bp.refusals if t.at is not None and lag_near(bp.samples, t.at) < threshold)
             fail(tr("step6.refused_too_soon", id=timed.refusal.order_id, lag=seen, max_lag=bp.max_lag,
-                    count=early, total=len(bp.refusals), policy=policy))
+                    slack=f"{bp.max_lag - threshold:g}", count=early, total=len(bp.refusals), policy=policy))
 
 
 def _did_what_it_said(bp, policy: str) -> None:
