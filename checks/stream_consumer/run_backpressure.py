@@ -41,6 +41,7 @@ SAMPLE_PERIOD = 0.03        # seconds between two of the harness's lag samples
 JOIN_WAIT = 4.0             # real seconds the harness waits for consumer.py to read from the group
 HANG_GRACE = 1.0            # real seconds the group stays drained while producer.py runs on: it hangs
 PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what draining N orders takes
+DRAIN_BOUND = 3.0           # real seconds the consumer has, once the producer has ended, to drain what is left
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,12 @@ class BackpressureRun:
     consumer: ScriptRun
     consumer_joined: bool               # consumer.py read from the group before the harness gave up waiting
     producer: ScriptRun | None          # None: not run (consumer.py never joined the group)
+    producer_stopped: str | None        # why the harness stopped it: "idle" (the lag was gone for HANG_GRACE),
+                                        # "consumer_gone"; None: it exited, or ran into its time bound
     producer_window: tuple[float, float]  # epoch seconds: when producer.py started and ended
     samples: tuple[LagSample, ...]
-    entries: tuple[streams.Entry, ...]  # what is left in `orders`
+    entries: tuple[streams.Entry, ...]  # what is left in `orders` (at most streams.MAX_ENTRIES)
+    stream_length: int                  # XLEN orders
     entries_added: int                  # XINFO STREAM entries-added: every entry ever added, trimmed or not
     effects: Counter                    # order id -> effects applied
     refusals: tuple[TimedRefusal, ...]
@@ -103,16 +107,40 @@ def _drained(client) -> bool:
     return state is not None and state.pending == 0 and state.undelivered == 0
 
 
-def _consumer_done(client, producer_done: threading.Event):
+def _consumer_stop(client, producer_done: threading.Event, reading: threading.Event, stop) -> object:
+    """consumer.py's stop: done once the producer has ended and the group is drained (held DONE_GRACE);
+    or DRAIN_BOUND after the producer ended, drained or not (what is left is the check's to judge)."""
+    ended_at: list[float | None] = [None]
+
     def done(progress) -> bool:
         return producer_done.is_set() and _drained(client)
-    return done
+
+    def gave_up(progress) -> bool:
+        if not producer_done.is_set():
+            return False
+        ended_at[0] = ended_at[0] or time.monotonic()
+        return time.monotonic() - ended_at[0] > DRAIN_BOUND
+
+    return (_notes_reading(reading) | consumer_settled(done, stop)
+            | when(gave_up, Reason.CAP, lambda p: tr("step6.stopped_drain", seconds=DRAIN_BOUND)))
 
 
-def _producer_stop(client, consumer_gone: threading.Event):
+def _producer_stop(client, consumer_gone: threading.Event, why: list[str]):
+    """producer.py's stop, beyond its time bound: the group has been drained for HANG_GRACE while it runs
+    on (it waits for a lag that is gone), or consumer.py has ended (the lag can no longer fall).
+    `why` gets "idle" or "consumer_gone"."""
+    def noted(name, predicate):
+        def look(progress) -> bool:
+            if predicate(progress):
+                why.append(name)
+                return True
+            return False
+        return look
+
     idle = held_for(lambda progress: progress.started() and _drained(client), HANG_GRACE)
-    return (when(idle, Reason.CAP, lambda p: tr("step6.stopped_idle", seconds=HANG_GRACE))
-            | when(lambda progress: consumer_gone.is_set(), Reason.CAP, lambda p: tr("step6.stopped_consumer_gone")))
+    return (when(noted("idle", idle), Reason.CAP, lambda p: tr("step6.stopped_idle", seconds=HANG_GRACE))
+            | when(noted("consumer_gone", lambda p: consumer_gone.is_set()), Reason.CAP,
+                   lambda p: tr("step6.stopped_consumer_gone")))
 
 
 def _notes_reading(reading: threading.Event):
@@ -139,13 +167,13 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
     with redis_backend.private() as endpoint, endpoint.client() as client:
         streams.create_group(client)
         producer_done, consumer_gone, reading = threading.Event(), threading.Event(), threading.Event()
+        producer_stopped: list[str] = []
 
         def consume(stop: threading.Event) -> ScriptRun:
             try:
                 return without_step_clock(learner).run(
-                    "consumer.py", endpoint, timeout=producer_timeout + JOIN_WAIT + 4.0,
-                    stop_when=_notes_reading(reading) | consumer_settled(_consumer_done(client, producer_done),
-                                                                         _Either(stop, cancelled)),
+                    "consumer.py", endpoint, timeout=JOIN_WAIT + producer_timeout + DRAIN_BOUND + 1.0,
+                    stop_when=_consumer_stop(client, producer_done, reading, _Either(stop, cancelled)),
                     app=EffectsApp(pause=EFFECT_PAUSE), run_clock=RunClock.real())
             finally:
                 consumer_gone.set()
@@ -156,8 +184,8 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             producer, started = None, time.time()
             if joined and not cancelled.is_set():
                 producer = learner.run("producer.py", endpoint, timeout=producer_timeout,
-                                       stop_when=_producer_stop(client, consumer_gone), run_clock=RunClock.real(),
-                                       args=("--count", str(count), "--max-lag", str(max_lag)))
+                                       stop_when=_producer_stop(client, consumer_gone, producer_stopped),
+                                       run_clock=RunClock.real(), args=("--count", str(count), "--max-lag", str(max_lag)))
             ended = time.time()
             producer_done.set()
             if producer is None:
@@ -166,18 +194,19 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             samples = sampler.stop()
         found, refused_type = refusals.read(client)
         commands = producer.commands if producer else ()
+        is_stream = streams.key_type(client, lab.STREAM) == "stream"
         return BackpressureRun(
             count=count, max_lag=max_lag, consumer=consumer_run, consumer_joined=joined, producer=producer,
+            producer_stopped=producer_stopped[0] if producer_stopped else None,
             producer_window=(started, ended), samples=tuple(samples),
-            entries=tuple(streams.entries(client, lab.STREAM)), entries_added=_entries_added(client),
+            entries=tuple(streams.entries(client, lab.STREAM)), stream_length=client.xlen(lab.STREAM) if is_stream else 0,
+            entries_added=_entries_added(client) if is_stream else 0,
             effects=Counter(c.id for c in consumer_run.calls if c.outcome == "ok"),
             refusals=tuple(TimedRefusal(r, _written_at(r, commands)) for r in found), refused_type=refused_type,
             trims=tuple(_shown(c) for run in (producer, consumer_run) if run for c in run.commands if _trims(c)))
 
 
 def _entries_added(client) -> int:
-    if streams.key_type(client, lab.STREAM) != "stream":
-        return 0
     info = client.xinfo_stream(lab.STREAM)
     return int(info.get("entries-added") or info.get(b"entries-added") or 0)
 

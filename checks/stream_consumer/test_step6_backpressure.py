@@ -1,6 +1,8 @@
 """Step 6: producer.py --count N --max-lag M names its backpressure policy, keeps the lag near M, and
 accounts for every order: each one is either in `orders` and applied once, or refused with a reason in
 `orders:refused`; and it refuses only while the lag is at its limit."""
+from collections import Counter
+
 import pytest
 
 from retrylab.checks.stream_consumer import lab, observe, refusals
@@ -47,6 +49,8 @@ def _policy(run) -> str:
 
 def _producer_finished(run, bp) -> None:
     result = run.result
+    if bp.producer_stopped == "idle":   # it waited on while the group had nothing left: its lag never falls
+        fail(tr("step6.producer_waits_on", how=observe.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
     if result.stopped:
         fail(tr("step6.producer_hung", how=observe.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
     if result.returncode != 0:
@@ -56,7 +60,9 @@ def _producer_finished(run, bp) -> None:
 def _nothing_lost(bp) -> None:
     if bp.trims:
         fail(tr("step6.trimmed", command=bp.trims[0], stream=lab.STREAM))
-    gone = bp.entries_added - len(bp.entries)
+    if bp.entries_added > bp.count:
+        fail(tr("step6.added_too_many", added=bp.entries_added, count=bp.count, stream=lab.STREAM))
+    gone = bp.entries_added - bp.stream_length
     if gone > 0:
         fail(tr("step6.deleted", count=gone, added=bp.entries_added, stream=lab.STREAM))
 
@@ -75,9 +81,9 @@ def _each_applied_once(bp) -> set[str]:
     if any(not i for i in ids):
         entry = bp.entries[ids.index(next(i for i in ids if not i))]
         fail(tr("step6.entry_without_id", stream=lab.STREAM, id=entry.id.decode(), fields=refusals.shown_entry(entry)))
-    repeated = [i for i in set(ids) if ids.count(i) > 1]
+    repeated = [(i, n) for i, n in Counter(ids).items() if n > 1]
     if repeated:
-        fail(tr("step6.duplicate_entry", id=repeated[0], count=ids.count(repeated[0]), stream=lab.STREAM))
+        fail(tr("step6.duplicate_entry", id=repeated[0][0], count=repeated[0][1], stream=lab.STREAM))
     unapplied = [i for i in ids if bp.effects[i] == 0]
     if unapplied:
         fail(tr("step6.not_applied", missing=len(unapplied), total=len(ids), id=unapplied[0],
