@@ -53,6 +53,12 @@ def _field(value) -> str | None:
     return None
 
 
+def json_order_id(raw: bytes) -> str | None:
+    """The order_id of a JSON object (as refusals show it), None if `raw` is not one that has it."""
+    found = _json_object(raw)
+    return _field(found.get("order_id")) if found is not None else None
+
+
 def _from_json(raw: bytes, default_id: str | None = None) -> Refusal:
     shown = streams.text(raw)
     found = _json_object(raw)

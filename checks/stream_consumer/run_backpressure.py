@@ -34,9 +34,9 @@ from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
 from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, when
 
-COUNTS = (60, 100)          # N, drawn per grading: enough orders for the lag to reach M many times over
+COUNTS = (60, 90)           # N, drawn per grading: enough orders for the lag to reach M many times over
 MAX_LAGS = (10, 20)         # M, drawn per grading
-EFFECT_PAUSE = 0.015        # real seconds per effect: the consumer drains ~50 orders/s, a producer adds far faster
+EFFECT_PAUSE = 0.012        # real seconds per effect: the consumer drains ~65 orders/s, a producer adds far faster
 SAMPLE_PERIOD = 0.03        # seconds between two of the harness's lag samples
 JOIN_WAIT = 4.0             # real seconds the harness waits for consumer.py to read from the group
 HANG_GRACE = 1.0            # real seconds the group stays drained while producer.py runs on: it hangs
@@ -146,9 +146,14 @@ def _producer_stop(client, consumer_gone: threading.Event, why: list[str]):
 def _notes_reading(reading: threading.Event):
     """A condition that never stops the run: it sets `reading` once the consumer has sent XREADGROUP
     (Redis 7.0 makes no consumer in the group for a read that found nothing, so XINFO cannot tell)."""
+    seen = [0]     # commands already looked at
+
     def look(progress) -> bool:
-        if not reading.is_set() and any(c.name == "XREADGROUP" for c in progress.commands()):
-            reading.set()
+        if not reading.is_set():
+            commands = progress.commands()
+            if any(c.name == "XREADGROUP" for c in commands[seen[0]:]):
+                reading.set()
+            seen[0] = len(commands)
         return False
     return when(look, Reason.CAP)
 
@@ -193,7 +198,7 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             consumer_run = consumer.result()
             samples = sampler.stop()
         found, refused_type = refusals.read(client)
-        commands = producer.commands if producer else ()
+        times = _refusal_times(producer.commands if producer else ())
         is_stream = streams.key_type(client, lab.STREAM) == "stream"
         return BackpressureRun(
             count=count, max_lag=max_lag, consumer=consumer_run, consumer_joined=joined, producer=producer,
@@ -202,7 +207,8 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             entries=tuple(streams.entries(client, lab.STREAM)), stream_length=client.xlen(lab.STREAM) if is_stream else 0,
             entries_added=_entries_added(client) if is_stream else 0,
             effects=Counter(c.id for c in consumer_run.calls if c.outcome == "ok"),
-            refusals=tuple(TimedRefusal(r, _written_at(r, commands)) for r in found), refused_type=refused_type,
+            refusals=tuple(TimedRefusal(r, times.get(r.order_id) if r.order_id else None) for r in found),
+            refused_type=refused_type,
             trims=tuple(_shown(c) for run in (producer, consumer_run) if run for c in run.commands if _trims(c)))
 
 
@@ -211,15 +217,20 @@ def _entries_added(client) -> int:
     return int(info.get("entries-added") or info.get(b"entries-added") or 0)
 
 
-def _written_at(refusal: refusals.Refusal, commands) -> float | None:
-    """The time of the first producer command that names `orders:refused` and this order id."""
-    if not refusal.order_id:
-        return None
-    wanted, key = refusal.order_id.encode(), lab.REFUSED.encode()
+def _refusal_times(commands) -> dict[str, float]:
+    """Order id -> the time of the first producer command that names `orders:refused` and that id: as an
+    argument of its own (a stream's field value, a hash's field), or as the order_id of a JSON argument."""
+    key, times = lab.REFUSED.encode(), {}
     for command in commands:
-        if key in command.args[1:] and any(wanted in arg for arg in command.args[2:]):
-            return command.at
-    return None
+        if key not in command.args[1:]:
+            continue
+        for arg in command.args[2:]:
+            times.setdefault(streams.text(arg), command.at)
+            if arg[:1] == b"{":
+                order_id = refusals.json_order_id(arg)
+                if order_id is not None:
+                    times.setdefault(order_id, command.at)
+    return times
 
 
 _TRIM_OPTIONS = (b"MAXLEN", b"MINID")
