@@ -2,8 +2,9 @@
 
 On a private Redis with group `workers` made at id 0 (LAB.md), consumer.py runs in a thread beside the
 grading (its effects each take EFFECT_PAUSE real seconds, so it drains at a known slow rate), and a second
-thread samples the group's lag (undelivered + pending) every SAMPLE_PERIOD. Once the consumer has joined
-the group, producer.py runs with N and M drawn for this grading. When it exits, the consumer is left to
+thread samples the group's lag (undelivered + pending) every SAMPLE_PERIOD. Once the consumer reads (it
+sent XREADGROUP), producer.py runs with N and M drawn for this grading: so the consumer drains while the
+producer adds or refuses, and a refusal while the lag has fallen shows. When it exits, the consumer is left to
 drain (held DONE_GRACE) and stopped. A producer that does not finish is stopped: once the group has been
 drained for HANG_GRACE real seconds while it still runs (it waits for a lag that is already gone), when
 the consumer is gone, or at its own time bound.
