@@ -179,3 +179,26 @@ def test_a_shed_producer_that_refused_nothing_is_judged_by_the_lag_at_its_limit(
     check._did_what_it_said(run([0, 5, 9, 8, 9, 7]), "shed")
     with pytest.raises(CheckFailed):
         check._did_what_it_said(run([0, 10, 10, 9, 10, 10]), "shed")
+
+
+# ------------------------------------------------------------------------------------------------
+# a difference between the backends that the run works around
+
+
+@pytest.mark.parametrize("backend, consumers", [("fake", 1), ("redis-server", 0)])
+def test_an_empty_xreadgroup_makes_a_consumer_only_on_fakeredis(backend, consumers):
+    """Measured (fakeredis 2.41, Redis 7.0.15): a first XREADGROUP that finds nothing makes the consumer
+    in the group on fakeredis, not on Redis 7.0. So the run cannot wait for XINFO GROUPS' `consumers` to
+    know consumer.py reads: it watches the relay for the consumer's XREADGROUP instead."""
+    from retrylab.brokers.redis import make_backend
+    from retrylab.checks.stream_consumer import streams
+
+    server = make_backend(backend, redis_url=None)
+    server.start()
+    try:
+        with server.private() as endpoint, endpoint.client() as client:
+            streams.create_group(client)
+            assert client.xreadgroup("workers", "c1", {"orders": ">"}, count=10, block=50) in ([], None)
+            assert streams.group(client).consumers == consumers
+    finally:
+        server.stop()
