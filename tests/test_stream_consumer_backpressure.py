@@ -19,7 +19,8 @@ from retrylab.grading import grade
 BACKENDS = ["fake", "redis-server"]
 STEP = 6
 # this area's entries: those whose producer.py is the only file they change (all of them, today)
-ENTRIES = [e for e in corpus.entries() if [p.name for p in e.folder.iterdir() if p.name != "fixture.toml"] == ["producer.py"]]
+ENTRIES = [e for e in corpus.entries()
+           if [p.name for p in e.folder.iterdir() if p.name != "fixture.toml"] == ["producer.py"]]
 
 
 def _step6(report):
@@ -49,7 +50,7 @@ def test_the_area_has_its_entries_with_every_step_expected():
     names = {e.id for e in ENTRIES}
     assert {"wrong/producer-ignores-lag", "wrong/maxlen-as-backpressure", "wrong/refusals-not-recorded",
             "wrong/refuse-everything", "wrong/lag-from-xlen", "wrong/no-policy-line", "wrong/shed-that-blocks",
-            "wrong/loses-orders-silently", "correct/policy-shed", "correct/policy-reject",
+            "wrong/loses-orders-silently", "wrong/producer-paced-ignores-lag", "correct/policy-shed", "correct/policy-reject",
             "correct/block-own-lag", "correct/reject-bytes-hash"} <= names
     for entry in ENTRIES:
         assert sorted(entry.expect) == [1, 2, 3, 4, 5, 6], entry.id
@@ -202,3 +203,18 @@ def test_an_empty_xreadgroup_makes_a_consumer_only_on_fakeredis(backend, consume
             assert streams.group(client).consumers == consumers
     finally:
         server.stop()
+
+
+def test_the_consumers_hiccup_is_one_long_effect_among_short_ones():
+    """The stall that makes a producer ignoring the lag overrun it: EffectsApp answers the `at`-th call
+    of apply with the long pause (it reads `pause` after telling on_call), every other with the short one."""
+    from retrylab.appchannel import Argument
+
+    app = run_backpressure.effects_with_hiccup(at=3, stall=0.5)
+    pauses = []
+    for n in range(5):
+        fields = {"order_id": f"o{n}", "kind": "ok"}
+        argument = Argument(text=json.dumps(fields), type_name="dict", truncated=False, decoded=True, value=fields)
+        decision = app.decide("apply", (argument,))
+        pauses.append(decision.value["pause"])
+    assert pauses == [run_backpressure.EFFECT_PAUSE] * 2 + [0.5] + [run_backpressure.EFFECT_PAUSE] * 2

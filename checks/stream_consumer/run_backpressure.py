@@ -1,7 +1,8 @@
 """Step 6's run: producer.py --count N --max-lag M against consumer.py, which drains slower than it could add.
 
 On a private Redis with group `workers` made at id 0 (LAB.md), consumer.py runs in a thread beside the
-grading (its effects each take EFFECT_PAUSE real seconds, so it drains at a known slow rate), and a second
+grading (its effects each take EFFECT_PAUSE real seconds, so it drains at a known slow rate, but for one
+early effect that takes longer: a hiccup that a producer ignoring the lag cannot hide), and a second
 thread samples the group's lag (undelivered + pending) every SAMPLE_PERIOD. Once the consumer reads (it
 sent XREADGROUP), producer.py runs with N and M drawn for this grading: so the consumer drains while the
 producer adds or refuses, and a refusal while the lag has fallen shows. When it exits, the consumer is left to
@@ -43,6 +44,12 @@ JOIN_WAIT = 4.0             # real seconds the harness waits for consumer.py to 
 HANG_GRACE = 1.0            # real seconds the group stays drained while producer.py runs on: it hangs
 PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what draining N orders takes
 DRAIN_BOUND = 3.0           # real seconds the consumer has, once the producer has ended, to drain what is left
+# One early effect (which one is drawn per grading) takes (M + 5) / STALL_RATE seconds: the consumer
+# hiccups while the producer is still adding. A producer that does not look at the lag then overruns
+# max(M + 5, 1.2 M) whatever its pace, unless it adds fewer than STALL_RATE orders a second: slower than
+# the consumer takes them (~65/s), so never pressed. It costs the reference (M + 5) / STALL_RATE s of waiting.
+STALL_RATE = 45.0
+STALL_AT = (1, 8)
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,26 @@ def _sample_lag(endpoint, stop: threading.Event, cancelled: threading.Event) -> 
             next_at += SAMPLE_PERIOD
             stop.wait(max(0.0, next_at - time.monotonic()))
     return samples
+
+
+class _Hiccup:
+    """EffectsApp's on_call: the `at`-th call of effects.apply takes `stall` seconds, the others EFFECT_PAUSE
+    (EffectsApp reads its `pause` for each call's answer after telling on_call)."""
+
+    def __init__(self, app: EffectsApp, at: int, stall: float):
+        self.app, self.at, self.stall, self.calls = app, at, stall, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, order_id: str, failed: bool) -> None:
+        with self._lock:
+            self.calls += 1
+            self.app.pause = self.stall if self.calls == self.at else EFFECT_PAUSE
+
+
+def effects_with_hiccup(at: int, stall: float) -> EffectsApp:
+    app = EffectsApp(pause=EFFECT_PAUSE)
+    app.on_call = _Hiccup(app, at, stall)
+    return app
 
 
 def _drained(client) -> bool:
@@ -175,12 +202,14 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
         producer_done, consumer_gone, reading = threading.Event(), threading.Event(), threading.Event()
         producer_stopped: list[str] = []
 
+        effects = effects_with_hiccup(random.randint(*STALL_AT), (max_lag + 5) / STALL_RATE)
+
         def consume(stop: threading.Event) -> ScriptRun:
             try:
                 return without_step_clock(learner).run(
                     "consumer.py", endpoint, timeout=JOIN_WAIT + producer_timeout + DRAIN_BOUND + 1.0,
                     stop_when=_consumer_stop(client, producer_done, reading, _Either(stop, cancelled)),
-                    app=EffectsApp(pause=EFFECT_PAUSE), run_clock=RunClock.real())
+                    app=effects, run_clock=RunClock.real())
             finally:
                 consumer_gone.set()
 
@@ -191,7 +220,8 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             if joined and not cancelled.is_set():
                 producer = learner.run("producer.py", endpoint, timeout=producer_timeout,
                                        stop_when=_producer_stop(client, consumer_gone, producer_stopped),
-                                       run_clock=RunClock.real(), args=("--count", str(count), "--max-lag", str(max_lag)))
+                                       run_clock=RunClock.real(),
+                                       args=("--count", str(count), "--max-lag", str(max_lag)))
             ended = time.time()
             producer_done.set()
             if producer is None:
@@ -205,7 +235,8 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             count=count, max_lag=max_lag, consumer=consumer_run, consumer_joined=joined, producer=producer,
             producer_stopped=producer_stopped[0] if producer_stopped else None,
             producer_window=(started, ended), samples=tuple(samples),
-            entries=tuple(streams.entries(client, lab.STREAM)), stream_length=client.xlen(lab.STREAM) if is_stream else 0,
+            entries=tuple(streams.entries(client, lab.STREAM)),
+            stream_length=client.xlen(lab.STREAM) if is_stream else 0,
             entries_added=_entries_added(client) if is_stream else 0,
             effects=Counter(c.id for c in consumer_run.calls if c.outcome == "ok"),
             refusals=tuple(TimedRefusal(r, times.get(r.order_id) if r.order_id else None) for r in found),
