@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import pytest
 import redis
 
+from retrylab.background import Beside, without_step_clock
 from retrylab.appchannel import RunClock
+from retrylab.checks.stream_consumer.runs import RUNS
 from retrylab.checks.stream_consumer import lab, refusals, streams
-from retrylab.checks.stream_consumer.background import Beside, without_step_clock
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.checks.stream_consumer.settling import consumer_settled, held_for
 from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
@@ -194,6 +195,7 @@ def _wait_for_consumer(reading: threading.Event, consumer_gone: threading.Event,
     return reading.is_set()
 
 
+@RUNS.observer("backpressure_run")
 def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> BackpressureRun:
     count, max_lag = random.randint(*COUNTS), random.randint(*MAX_LAGS)
     producer_timeout = count * EFFECT_PAUSE * 2 + PRODUCER_SLACK
@@ -288,5 +290,5 @@ def _shown(command, limit: int = 80) -> str:
 
 
 @pytest.fixture(scope="session")
-def backpressure_run(learner, redis_backend) -> BackpressureRun:
-    return observe_backpressure(learner, redis_backend, threading.Event())
+def backpressure_run(request, learner, redis_backend):
+    return RUNS.record(request, "backpressure_run", learner, redis_backend)

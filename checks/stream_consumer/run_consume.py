@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from retrylab.background import Beside
 from retrylab.appchannel import RunClock
-from retrylab.checks.stream_consumer import lab, schedule, streams
-from retrylab.checks.stream_consumer.background import Beside
+from retrylab.checks.stream_consumer.runs import RUNS
+from retrylab.checks.stream_consumer import lab, streams
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, consumer_settled
 from retrylab.fixtures.stream_consumer import orders
 from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
@@ -59,7 +60,7 @@ def _done(batch):
     return done
 
 
-@schedule.observer("consume_run")
+@RUNS.observer("consume_run")
 def observe_consume(learner, redis_backend, cancelled) -> ConsumeRun:
     batch = orders.batch(*["ok"] * ORDERS)
     with redis_backend.private() as endpoint, endpoint.client() as client:
@@ -76,5 +77,5 @@ def observe_consume(learner, redis_backend, cancelled) -> ConsumeRun:
 
 
 @pytest.fixture(scope="session")
-def consume_run(request, learner, redis_backend) -> ConsumeRun:
-    return schedule.record(request, "consume_run", learner, redis_backend)
+def consume_run(request, learner, redis_backend):
+    return RUNS.record(request, "consume_run", learner, redis_backend)

@@ -28,6 +28,7 @@ import pytest
 import redis
 
 from retrylab.appchannel import RunClock
+from retrylab.checks.stream_consumer.runs import RUNS
 from retrylab.checks.stream_consumer import lab, observe, streams
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, consumer_settled
@@ -201,6 +202,7 @@ def _hand_one_more(client, consumer: bytes) -> bytes | None:
     return entries[0][0] if entries else None
 
 
+@RUNS.observer("crash_run")
 def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
     batch = orders.batch(*["ok"] * ORDERS)
     target = batch[TARGET]
@@ -228,5 +230,5 @@ def observe_crash(learner, redis_backend, cancelled=None) -> CrashRun:
 
 
 @pytest.fixture(scope="session")
-def crash_run(learner, redis_backend) -> CrashRun:
-    return observe_crash(learner, redis_backend)
+def crash_run(request, learner, redis_backend):
+    return RUNS.record(request, "crash_run", learner, redis_backend)

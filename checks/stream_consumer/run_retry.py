@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from retrylab.background import Beside
 from retrylab.appchannel import RunClock
+from retrylab.checks.stream_consumer.runs import RUNS
 from retrylab.checks.stream_consumer import lab, streams
-from retrylab.checks.stream_consumer.background import Beside
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, consumer_settled
 from retrylab.fixtures.stream_consumer import orders
 from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
@@ -102,6 +103,7 @@ def _ready(first: list[dict], late: list[dict], late_added: threading.Event):
     return ready
 
 
+@RUNS.observer("retry_run")
 def observe_retry(learner, redis_backend, cancelled: threading.Event | None = None) -> RetryRun:
     first = orders.batch(*FIRST_KINDS)
     late = orders.batch(*["ok"] * LATE)
@@ -133,5 +135,5 @@ def observe_retry(learner, redis_backend, cancelled: threading.Event | None = No
 
 
 @pytest.fixture(scope="session")
-def retry_run(learner, redis_backend) -> RetryRun:
-    return observe_retry(learner, redis_backend)
+def retry_run(request, learner, redis_backend):
+    return RUNS.record(request, "retry_run", learner, redis_backend)
