@@ -43,6 +43,7 @@ class Reason(str, enum.Enum):
     EXITED = "exited"                  # it ended by itself
     BLOCKED_DONE = "blocked_done"      # waiting in a blocking read with its work done
     DONE_IDLE = "done_idle"            # its work done, no change while it had some CPU (it polls)
+    DONE_WAITED = "done_waited"        # its work done and still done after some real seconds (a run on real time)
     BLOCKED_FOREVER = "blocked_forever"  # waiting in a blocking read that has no timeout
     WAITING_LOOP = "waiting_loop"      # the same blocking read over and over, nothing changing
     NO_PROGRESS = "no_progress"        # no change while its processes were running on CPU
