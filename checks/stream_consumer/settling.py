@@ -93,7 +93,7 @@ def consumer_settled(done: Callable[[object], bool], cancelled: threading.Event 
                      quiet: float = QUIET) -> StopCondition:
     """How a consumer run ends, given `done(progress)`: the consumer has done all its work; `ready`:
     every order was called at least once (from then on QUIET real seconds without a change end the run)."""
-    condition = (when(held_for(done, grace), Reason.DONE_IDLE)
+    condition = (when(held_for(done, grace), Reason.DONE_WAITED, lambda progress: f"{grace:.2f}")
                  | blocked(forever=True)
                  | no_progress(cpu=STUCK_CPU)
                  | when(_retries_forever, Reason.CAP, _retries_forever_detail))

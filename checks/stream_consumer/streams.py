@@ -74,7 +74,11 @@ def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> 
     """The group's state, or None when the stream or the group does not exist."""
     if key_type(client, key) != "stream":
         return None
-    for info in client.xinfo_groups(key):
+    try:
+        infos = client.xinfo_groups(key)
+    except redis.ResponseError:     # the key changed type since TYPE (a learner's script is still running)
+        return None
+    for info in infos:
         info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in info.items()}
         group_name = info.get("name")
         if (group_name.decode() if isinstance(group_name, bytes) else group_name) != name:
@@ -102,7 +106,8 @@ def seed(client: redis.Redis, orders: list[dict], key: str = lab.STREAM) -> list
     with client.pipeline(transaction=False) as pipe:
         for fields in orders:
             pipe.xadd(key, fields)
-        return pipe.execute()
+        # a learner's script may have made `key` something else (WRONGTYPE): those entries are not added
+        return [r for r in pipe.execute(raise_on_error=False) if not isinstance(r, Exception)]
 
 
 def create_group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP, start: str = "0") -> None:

@@ -16,7 +16,8 @@ STREAM, GROUP, DLQ = "orders", "workers", "orders:dlq"
 MAX_DELIVERIES = 3          # the 3rd failed delivery moves the entry to the DLQ
 RETRY_IDLE_MS = 200         # idle time before the 1st reclaim; doubled for each delivery after it (200, 400)
 DONE_TTL = 7 * 24 * 3600    # how long an applied order is remembered: longer than any redelivery can take
-# one name per process: a restarted consumer is a new member and reclaims the old one's entries by idle time
+# a name per host and process; a restarted consumer does not rely on getting its old name back: reclaim()
+# takes any consumer's entries once they have been idle long enough, its own dead predecessor's included
 CONSUMER = f"{socket.gethostname()}-{os.getpid()}"
 
 r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"), decode_responses=True)
