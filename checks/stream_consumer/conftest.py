@@ -1,2 +1,3 @@
 """stream-consumer's fixtures: the learner runs its checks read, loaded as plugins (one module per run)."""
-pytest_plugins = ["retrylab.brokers.redis.fixtures", "retrylab.checks.stream_consumer.run_consume"]
+pytest_plugins = ["retrylab.brokers.redis.fixtures", "retrylab.checks.stream_consumer.run_consume",
+                  "retrylab.checks.stream_consumer.run_lag"]
