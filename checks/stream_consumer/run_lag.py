@@ -9,9 +9,11 @@ itself.
   after lag.py's start if it sends none): a series printed without looking cannot know when.
 - The harness samples undelivered + pending (streams.group) and XLEN every SAMPLE_EVERY s, stamped with
   time.time(), from before lag.py starts to after it stops.
-- The consumer's run ends once the burst is all added and drained (pending 0 and last-delivered-id = the
-  burst's last id; XINFO's `lag` is never trusted: LAB.md, measured facts) and AFTER_DRAINED has passed,
-  so lag.py has printed its way back to 0; or when the consumer is stuck (see settling), or at its timeout.
+- The consumer's run ends once the burst is all added and the group has nothing left (pending 0, nothing
+  after last-delivered-id) for AFTER_DRAINED, so lag.py has printed its way back to 0; or when the
+  consumer is stuck (see settling), or at its timeout. The burst counts as drained (`drained_at`) at the
+  first sample with pending 0 and last-delivered-id = the burst's last id (XINFO's `lag` is never
+  trusted: LAB.md, measured facts).
 
 The reference's run takes about 3 s (0.4 s to start, 0.3-0.8 s before the burst, 0.4 s of burst, 0.5-0.9 s
 of drain, 1 s after).
@@ -125,13 +127,15 @@ def _run_lag(learner, endpoint, lag_ready: threading.Event, lag_began: threading
     return run, window
 
 
-def _drained(burst: _Burst):
-    """Whether the whole burst was added and consumed: nothing pending, last-delivered-id its last id."""
+def _nothing_left(burst: _Burst):
+    """Whether the whole burst was added and the group has nothing left to deliver or to acknowledge.
+    Normally that is the burst drained; it also ends a run whose entries someone deleted (which then
+    never reach last-delivered-id = the burst's last id: LagRun.drained_at stays None)."""
     def done(progress) -> bool:
-        if burst.added is None or not burst.ids:
+        if burst.added is None:
             return False
         state = streams.group(progress.link.client)
-        return state is not None and state.pending == 0 and state.last_delivered == burst.ids[-1]
+        return state is not None and state.pending == 0 and state.undelivered == 0
 
     return done
 
@@ -146,7 +150,7 @@ def observe_lag(learner, redis_backend, cancelled: threading.Event | None = None
         with Beside(lambda stop: _sample(sample_client, stop), "retrylab-lag-samples") as sampler, \
                 Beside(lambda stop: _run_lag(learner, endpoint, lag_ready, lag_began, stop), "retrylab-lag-py") as lag, \
                 Beside(lambda stop: burst.add(burst_client, lag_ready, lag_began, stop), "retrylab-burst") as adder:
-            drained_long_enough = held_for(_drained(burst), AFTER_DRAINED)
+            drained_long_enough = held_for(_nothing_left(burst), AFTER_DRAINED)
 
             def finished(progress) -> bool:   # lag.py is stopped at the same moment as the consumer
                 if drained_long_enough(progress):
