@@ -1,6 +1,26 @@
 """Step 5: during a burst the consumer drains slower than it arrives, lag.py prints `t,lag` lines about every
 0.5 s that follow the group's real lag (undelivered + pending, as the harness samples it), rising and then
-draining back to 0. How the lines are read: lag_series; how they are dated and compared: lag_compare."""
+draining back to 0. The run: run_lag; how the lines are read: lag_series; dated and compared: lag_compare.
+
+In order, the step fails when:
+- lag.py sends a command that changes what it measures (XREADGROUP, XACK, XTRIM, XDEL, DEL, ... : it only
+  looks), or consumer.py did not drain the burst (step 5 needs a working consumer; said as such);
+- nothing is printed, or any line is not `t,lag` (strict: one header line allowed, blank lines and a last
+  line cut by the stop ignored; anything else belongs on stderr), the first bad line shown;
+- the times do not fit lag.py's run (before its start or after its stop, not increasing, or a "since start"
+  clock that is really time.monotonic()), fewer than MIN_LINES lines, or a median gap outside 0.35-0.75 s;
+- the series is flat, or after the drain still prints the stream's length (XLEN: named in the message);
+- fewer than 80% of lines agree (LAB.md: within max(5, 10% of the peak) of a harness sample within 0.35 s);
+- it never rises above the tolerance, or its highest line is below the lag the harness surely saw around
+  one of its lines (lag_compare.floor_at_lines), or it does not come back to 0 after its peak.
+
+Decided and measured (reference consumer, 5 runs per backend): lag from XINFO GROUPS' `lag` alone
+(undelivered, no pending) passes: the reference consumer holds at most 10 pending, within the tolerance, and
+LAB.md does not list it as a mistake. Lag from the pending count alone passes or fails by chance (the
+episode holds 2-3 of 5-7 lines, and 80% allows one miss; the floor rule catches it when a line falls deep in
+the burst): it is not a LAB.md mistake, so it is not in the corpus. print() without flush passes: the
+sandbox sets PYTHONUNBUFFERED=1; a stdout made block-buffered on purpose loses its lines at SIGTERM and fails.
+"""
 from datetime import datetime, timezone
 
 import pytest
@@ -108,13 +128,13 @@ def test_lag_series_follows_the_groups_lag(lag_run, request):
     _require_rhythm(dated, run)
 
     harness = list(lag_run.harness)
-    peak = max(h.lag for h in harness)
+    peak = max((h.lag for h in harness), default=0)
     tol = lag_compare.tolerance(harness)
     values = {d.sample.lag for d in dated}
     if len(values) == 1:
         fail(tr("step5.flat", value=values.pop(), lines=len(dated), peak=peak, count=len(lag_run.burst)))
     if lag_compare.counts_stream_length(dated, harness, tol, lag_run.drained_at):
-        fail(tr("step5.xlen", value=dated[-1].sample.lag, length=max(h.xlen for h in harness)))
+        fail(tr("step5.xlen", value=dated[-1].sample.lag, length=max((h.xlen for h in harness), default=0)))
     compared = lag_compare.compare(dated, harness, tol)
     share = lag_compare.agreement(compared)
     if share < lab.LAG_AGREEMENT:
