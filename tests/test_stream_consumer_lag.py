@@ -167,8 +167,10 @@ RUN = RunWindow(started=NOW, ended=NOW + 3.0, first_command=NOW + 0.15)
 
 
 def _harness(profile) -> list[HarnessSample]:
-    """Samples every 50 ms over the run, the lag given by profile(seconds since start)."""
-    return [HarnessSample(at=NOW + i * 0.05, lag=profile(i * 0.05), pending=0, xlen=60) for i in range(-4, 64)]
+    """Samples every 50 ms over the run, the lag given by profile(seconds since start); 60 entries added
+    from 1.0 s to 1.4 s."""
+    return [HarnessSample(at=NOW + i * 0.05, lag=profile(i * 0.05), pending=0,
+                          xlen=min(60, max(0, round(150 * (i * 0.05 - 1.0))))) for i in range(-4, 64)]
 
 
 def _burst(t: float) -> int:
@@ -269,6 +271,8 @@ def test_xlen_is_recognised_only_once_the_group_has_drained():
     assert compare.counts_stream_length(dated, harness, 5, drained_at=NOW + 1.7)
     assert not compare.counts_stream_length(dated, harness, 5, drained_at=None)
     _, dated = _dated(_epoch_lines([0, 0, 30, 20, 0, 0]))
+    assert not compare.counts_stream_length(dated, harness, 5, drained_at=NOW + 1.7)
+    _, dated = _dated(_epoch_lines([40, 13, 77, 25, 58, 62]))    # random numbers, by chance near XLEN at the end
     assert not compare.counts_stream_length(dated, harness, 5, drained_at=NOW + 1.7)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 from retrylab.checks.stream_consumer import lab
 from retrylab.checks.stream_consumer.lag_series import ABSOLUTE, Sample, Series
@@ -94,10 +95,12 @@ def median_gap(dated: list[Dated]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def compare(dated: list[Dated], harness: list[HarnessSample], tol: float) -> list[Compared]:
+def compare(dated: list[Dated], harness: list[HarnessSample], tol: float,
+            measure: Callable[[HarnessSample], int] = lambda h: h.lag) -> list[Compared]:
+    """Each line against the harness's `measure` (the lag; XLEN to recognise that mistake)."""
     found = []
     for d in dated:
-        window = [h.lag for h in harness if abs(h.at - d.at) <= lab.LAG_WINDOW]
+        window = [measure(h) for h in harness if abs(h.at - d.at) <= lab.LAG_WINDOW]
         agrees = any(abs(lag - d.sample.lag) <= tol for lag in window)
         found.append(Compared(d, agrees, min(window, default=None), max(window, default=None)))
     return found
@@ -128,11 +131,13 @@ def drained_after_peak(dated: list[Dated]) -> Dated | None:
 def counts_stream_length(dated: list[Dated], harness: list[HarnessSample], tol: float,
                          drained_at: float | None) -> bool:
     """XLEN mistaken for lag: once the group had drained, the lines still print about the stream's length
-    (every entry ever added: the burst never "drains" from XLEN)."""
+    (every entry ever added: the burst never "drains" from XLEN), and the whole series follows XLEN as
+    closely as a right one follows the lag (so a series that is merely wrong is not called XLEN)."""
     if drained_at is None:
         return False
     after = [d for d in dated if d.at > drained_at + lab.LAG_WINDOW]
     if not after:
         return False
     length = max((h.xlen for h in harness), default=0)
-    return length > tol and all(abs(d.sample.lag - length) <= tol for d in after)
+    return (length > tol and all(abs(d.sample.lag - length) <= tol for d in after)
+            and agreement(compare(dated, harness, tol, measure=lambda h: h.xlen)) >= lab.LAG_AGREEMENT)
