@@ -109,6 +109,11 @@ def test_the_sandboxs_marker_of_dropped_output_is_not_garbage():
     assert parsed.elided and parsed.garbage == 0 and len(parsed.samples) == 2
 
 
+def test_the_lines_cut_around_the_sandboxs_marker_are_not_garbage():
+    parsed = series.parse("1.0,2\n1.5,3\n17961\n[... 99 bytes not shown ...]\n.123\n9.0,0\n")
+    assert parsed.garbage == 0 and [s.lag for s in parsed.samples] == [2, 3, 0]
+
+
 def test_reading_is_bounded():
     parsed = series.parse("1.0,1\n" * (series.MAX_LINES + 7))
     assert len(parsed.samples) == series.MAX_LINES and parsed.unread == 7
@@ -307,6 +312,7 @@ SAYS = {
     "lag-monotonic-clock": "not seconds since lag.py started",
     "lag-too-often": "every 0.05 s",
     "lag-trims-stream": "must only read",
+    "lag-flood": "lines came every 0.0",
 }
 
 

@@ -120,14 +120,18 @@ def parse(stdout: str) -> Series:
 
     def bad(number: int, text: str, why: str) -> None:
         nonlocal garbage, first_bad
-        if number == unfinished:
+        if number in cut:
             return
         garbage += 1
         if first_bad is None:
             first_bad = BadLine(number, shown(text), why)
 
-    # a last line without its newline was cut when the harness stopped the script: not garbage if it is bad
-    unfinished = len(lines) if lines and not stdout.endswith(("\n", "\r")) and not unread else None
+    # Lines cut, not printed wrong (not garbage if they are bad): a last line without its newline (the
+    # harness stopped the script mid-write), and the two halves of lines around the sandbox's marker.
+    cut = {len(lines)} if lines and not stdout.endswith(("\n", "\r")) and not unread else set()
+    for number, raw in enumerate(lines[:MAX_LINES], start=1):
+        if _ELIDED.match(raw.strip()):
+            cut |= {number - 1, number + 1}
     for number, raw in enumerate(lines[:MAX_LINES], start=1):
         text = raw.strip()
         if not text:

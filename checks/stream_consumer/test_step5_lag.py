@@ -7,6 +7,7 @@ In order, the step fails when:
   looks), or consumer.py did not drain the burst (step 5 needs a working consumer; said as such);
 - nothing is printed, or any line is not `t,lag` (strict: one header line allowed, blank lines and a last
   line cut by the stop ignored; anything else belongs on stderr), the first bad line shown;
+- far more lines than one per 0.5 s (a flood: said before the times, which a flood often repeats);
 - the times do not fit lag.py's run (before its start or after its stop, not increasing, or a "since start"
   clock that is really time.monotonic()), fewer than MIN_LINES lines, or a median gap outside 0.35-0.75 s;
 - the series is flat, or after the drain still prints the stream's length (XLEN: named in the message);
@@ -32,6 +33,7 @@ from retrylab.verdict import fail, indent
 pytestmark = pytest.mark.step(5)
 
 SHOWN_ROWS = 4      # disagreeing lines a message lists
+FLOOD_FACTOR = 4    # more lines than this many times one per 0.5 s: a flood
 # Commands that change what this step measures (the stream, the group, what it delivered or acknowledged):
 # lag.py only looks. XGROUP CREATE is let through (the group exists: it is answered BUSYGROUP).
 CHANGES_THE_LAG = frozenset({
@@ -88,6 +90,18 @@ def _require_readable(series, run) -> None:
                 why=tr(f"step5.why.{bad.why}")))
 
 
+def _require_no_flood(series, dated, window) -> None:
+    """Far more lines than a line every 0.5 s gives: said before the times are judged (a flood's times are
+    often equal, and its middle is cut out by the sandbox)."""
+    lines = len(series.samples) + series.unread
+    seconds = max(window.ended - window.started, lab.LAG_PERIOD)
+    if series.elided or lines > FLOOD_FACTOR * (seconds / lab.LAG_PERIOD + 1):
+        low, high = lag_compare.GAP_RANGE
+        gap = lag_compare.median_gap(dated)
+        fail(tr("step5.rhythm", gap=seconds / max(lines, 1) if gap is None else gap, period=lab.LAG_PERIOD,
+                low=low, high=high))
+
+
 def _require_clock(series, dated, window) -> None:
     problem, sample = lag_compare.clock_problem(series, dated, window)
     if problem:
@@ -124,6 +138,7 @@ def test_lag_series_follows_the_groups_lag(lag_run, request):
     _require_readable(series, run)
     window = lag_run.window
     dated = lag_compare.date(series, window)
+    _require_no_flood(series, dated, window)
     _require_clock(series, dated, window)
     _require_rhythm(dated, run)
 
