@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from retrylab.background import Beside, without_step_clock
 from retrylab.appchannel import RunClock
+from retrylab.checks.stream_consumer.runs import RUNS
 from retrylab.checks.stream_consumer import lab, streams
-from retrylab.checks.stream_consumer.background import Beside, without_step_clock
 from retrylab.checks.stream_consumer.lag_compare import HarnessSample, RunWindow
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, STUCK_CPU, held_for
 from retrylab.fixtures.stream_consumer import orders
@@ -114,7 +115,7 @@ def _run_lag(learner, endpoint, lag_ready: threading.Event, lag_began: threading
     lag_began.set()
     try:
         run = without_step_clock(learner).run("lag.py", endpoint, timeout=LAG_RUN_TIMEOUT,
-                                              stop_when=when(ready_or_stopped, Reason.DONE_IDLE),
+                                              stop_when=when(ready_or_stopped, Reason.CANCELLED),
                                               run_clock=RunClock.real())
     finally:
         lag_ready.set()     # a burst still waiting goes ahead (or sees it is cancelled)
@@ -140,6 +141,7 @@ def _nothing_left(burst: _Burst):
     return done
 
 
+@RUNS.observer("lag_run")
 def observe_lag(learner, redis_backend, cancelled: threading.Event | None = None) -> LagRun:
     cancelled = cancelled or threading.Event()
     burst = _Burst()
@@ -159,7 +161,7 @@ def observe_lag(learner, redis_backend, cancelled: threading.Event | None = None
                 return False
 
             stop_when = (when(lambda progress: cancelled.is_set(), Reason.CANCELLED)
-                         | when(finished, Reason.DONE_IDLE)
+                         | when(finished, Reason.DONE_WAITED, lambda progress: f"{AFTER_DRAINED:.1f}")
                          # a consumer waiting in XREADGROUP BLOCK 0 is fine until the burst is all there
                          | (when(lambda progress: burst.added is not None, Reason.BLOCKED_FOREVER)
                             & blocked(forever=True))
@@ -179,5 +181,5 @@ def observe_lag(learner, redis_backend, cancelled: threading.Event | None = None
 
 
 @pytest.fixture(scope="session")
-def lag_run(learner, redis_backend) -> LagRun:
-    return observe_lag(learner, redis_backend)
+def lag_run(request, learner, redis_backend) -> LagRun:
+    return RUNS.record(request, "lag_run", learner, redis_backend)
