@@ -1,8 +1,8 @@
 """Starting an exercise's learner runs early, side by side, each on its own private server.
 
-Every check of an exercise like stream-consumer or jetstream-dlq reads the record of one run, and the runs
-do not depend on each other. Made one after another they take the sum of their real-time waits (a broker's
-redelivery delays, min-idle times); started together when the grading begins they take about as long as
+In an exercise whose waits are real (a broker's redelivery delays, min-idle times), every check reads the
+record of one run, and the runs do not depend on each other. Made one after another they take the sum of their real-time waits;
+started together when the grading begins they take about as long as
 the longest.
 
 An exercise makes one `EarlyRuns`, registers each run's maker with `@runs.observer("fixture_name")`
