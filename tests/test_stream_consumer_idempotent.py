@@ -169,7 +169,7 @@ def test_reference_is_ended_at_the_target_and_restarted_without_a_second_effect(
     left = crash.target_pending(crash.after_crash)
     assert left is not None and left.deliveries == 1, crash.after_crash
     assert observe.effects(crash.first)[crash.target_id] == 1
-    assert crash.second is not None and crash.second.result.reason == "done_idle", observe.how_it_ran(crash.second)
+    assert crash.second is not None and crash.second.result.reason == "done_waited", observe.how_it_ran(crash.second)
     # the reference reclaims by idle time with XCLAIM (its name, host-pid, may well be the same again: the
     # sandbox gives each run its own PID namespace)
     assert any(takes_back(c, crash.target_entry, left.consumer) for c in crash.second.commands)
