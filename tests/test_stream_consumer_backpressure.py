@@ -49,7 +49,7 @@ def test_corpus_entry_gets_its_step_6_verdict(entry, backend, tmp_path):
 def test_the_area_has_its_entries_with_every_step_expected():
     names = {e.id for e in ENTRIES}
     assert {"wrong/producer-ignores-lag", "wrong/maxlen-as-backpressure", "wrong/refusals-not-recorded",
-            "wrong/refuse-everything", "wrong/lag-from-xlen", "wrong/no-policy-line", "wrong/shed-that-blocks",
+            "wrong/refuse-everything", "wrong/producer-lag-from-xlen", "wrong/no-policy-line", "wrong/shed-that-blocks",
             "wrong/loses-orders-silently", "wrong/producer-paced-ignores-lag", "correct/policy-shed", "correct/policy-reject",
             "correct/block-own-lag", "correct/reject-bytes-hash"} <= names
     for entry in ENTRIES:

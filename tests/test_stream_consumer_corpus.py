@@ -26,7 +26,7 @@ MISTAKES = {
     "XACK before the effect": (r"xack\w* before|ack\w* before the effect", {2, 3, 4}),
     "applies twice on redelivery": (r"twice|two times|again on redelivery|no idempoten|without idempoten", {4}),
     "idempotency key not removed when the effect raises": (
-        r"not (?:removed|deleted)|never (?:removed|deleted)|(?:keeps|left|kept)\b.*\bkey|key\b.*\b(?:kept|left|stays)",
+        r"not (?:removed|deleted)|not remove|never (?:removed|deleted)|(?:keeps|left|kept)\b.*\bkey|key\b.*\b(?:kept|left|stays)",
         {2, 3}),
     "lag from XLEN alone": (r"xlen", {5}),
     "MAXLEN trimming as backpressure": (r"maxlen|xtrim|trim", {6}),

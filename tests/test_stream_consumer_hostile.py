@@ -55,7 +55,7 @@ def test_hostile_submission_fails_its_steps_cleanly_and_in_time(entry, backend, 
 
 def test_the_hostile_corpus_covers_the_attacks():
     names = {e.name for e in ENTRIES}
-    assert {"group-destroyer", "stream-trimmer", "stream-flood", "producer-hangs", "lag-garbage", "lag-silent",
+    assert {"group-destroyer", "stream-trimmer", "stream-flood", "producer-hangs", "lag-garbage-flood", "lag-silent",
             "empty-directory", "dlq-binary-fields", "dlq-wrong-type", "orders-wrong-type",
             "producer-binary-entries"} <= names
     assert all(e.max_seconds for e in ENTRIES)

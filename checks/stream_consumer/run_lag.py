@@ -95,9 +95,9 @@ def _sample(client, cancelled) -> list[tuple[HarnessSample, bytes]]:
     while not cancelled.is_set() and len(found) < MAX_SAMPLES:
         before = time.time()
         state = streams.group(client)
-        length = client.xlen(lab.STREAM)
+        length = streams.length(client)
         after = time.time()
-        if state is not None:   # a learner script may delete the group: no sample then
+        if state is not None and length is not None:   # a learner script may delete the group: no sample then
             found.append((HarnessSample(at=(before + after) / 2, lag=state.lag, pending=state.pending,
                                         xlen=int(length)), state.last_delivered))
         next_at += SAMPLE_EVERY

@@ -59,6 +59,14 @@ def key_type(client: redis.Redis, key: str) -> str:
     return kind.decode() if isinstance(kind, bytes) else kind
 
 
+def length(client: redis.Redis, key: str = lab.STREAM) -> int | None:
+    """XLEN, or None when the key is not a stream (a learner's script may have made it something else)."""
+    try:
+        return client.xlen(key)
+    except redis.ResponseError:
+        return None
+
+
 def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: int = MAX_ENTRIES) -> list[Entry]:
     """The stream's first `count` entries from `start` ([] when the key is missing or not a stream)."""
     if key_type(client, key) != "stream":
