@@ -57,6 +57,7 @@ class ScriptRun:
     # the run was stopped for making more calls (or bytes of them) than this: describe_call_limit says so
     call_limit: RecordLimit | None = None
     received: tuple = ()            # what the broker sent the script, where its link records it (LearnerLink.received)
+    starved: bool = False           # stopped by a wall-clock limit before it could start (see _starved)
 
     @property
     def missing(self) -> bool:
@@ -192,11 +193,11 @@ class LearnerRunner:
             app = load_application(self.application)
         run_clock = run_clock or RunClock.for_learner_run()
         first = self._run_once(script, endpoint, timeout, stop_when, app, run_clock, args)
-        if not _starved(first):
+        if not first.starved:
             return first
         again = None if first.timing.cut else self._run_once(script, endpoint, timeout, stop_when, app, run_clock,
                                                                args, attempt=2)
-        if again is None or _starved(again):
+        if again is None or again.starved:
             raise RunNotStarted(i18n.label("run.not_started", script=script, cpu=first.result.cpu or 0.0,
                                            broker=first.result.broker))
         return again
@@ -224,8 +225,12 @@ class LearnerRunner:
                 env.update(RETRYLAB_APP_MODULE=app.module, RETRYLAB_APP_STUB=str(app.stub))
             stops: list[Stop] = []
             cpu = [0.0]
+            runnable: list[bool] = []     # near the wall-clock limit: was a learner thread ready to run?
+            watch_from = time.monotonic() + max(0.0, timeout - STARVED_WINDOW)
 
             def settled() -> bool:  # stop_when, noting why and when it said yes
+                if time.monotonic() >= watch_from:
+                    runnable.append(sandbox.learner_running())
                 if channel.over_limit:   # a flood of calls: stopped whatever the learner is doing
                     stops.append(Stop(Reason.CAP, describe_call_limit(script, channel.exceeded)))
                     return True
@@ -256,18 +261,23 @@ class LearnerRunner:
             self.clock.timings.append(timing)
             if timing.cut:
                 self.clock.cut(i18n.label("run.cut", script=script))
-        return dataclasses.replace(done, timing=timing)
+        return dataclasses.replace(done, timing=timing, starved=_starved(done, runnable))
 
 
 # CPU seconds: a run stopped by a wall-clock limit with less than this, and no broker command, never
 # got going (an interpreter with its imports needs about 0.2 s): the machine starved it.
 STARVED_CPU = 0.5
+# Seconds before the wall-clock limit in which the runner notes whether a learner thread is ready to run.
+STARVED_WINDOW = 0.5
 
 
-def _starved(run: ScriptRun) -> bool:
+def _starved(run: ScriptRun, runnable: list[bool]) -> bool:
     """Stopped by a wall-clock limit (its own, or the step's), not by what it did, before its first
     broker command, with too little CPU to have started and without a line of output: a verdict on it
-    would be one on the machine. (A script that printed got going: one on real time may then sleep.)"""
+    would be one on the machine. Not so for a script that printed (it got going: one on real time may
+    then sleep), nor one whose processes were all asleep as the limit came (waiting on a signal, say:
+    that is what it chose to do; a starved one is ready to run and gets no CPU)."""
     result = run.result
+    asleep = bool(runnable) and not any(runnable)
     return (result.stopped == "timeout" and not run.commands and (result.cpu or 0.0) < STARVED_CPU
-            and not (result.stdout or result.stderr).strip())
+            and not (result.stdout or result.stderr).strip() and not asleep)

@@ -152,3 +152,15 @@ def test_a_script_that_printed_then_sleeps_past_its_timeout_is_judged_not_rerun(
         run = LearnerRunner(folder).run("producer.py", endpoint, timeout=1.5, run_clock=RunClock.real())
     assert run.result.stopped == "timeout" and run.timing.attempts == 1
     assert "policy=block" in run.result.stdout
+
+
+def test_a_silent_script_asleep_at_its_timeout_is_judged_not_taken_for_a_starved_one(tmp_path):
+    """No output, no broker command, hardly any CPU, but asleep (waiting for a signal) when its time ran
+    out: it chose to wait, so the run is judged as it is; a starved script is ready to run instead."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "worker.py").write_text("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                      "while True:\n    signal.pause()\n")
+    with FakeBackend().private() as endpoint:
+        run = LearnerRunner(folder).run("worker.py", endpoint, timeout=1.5, run_clock=RunClock.real())
+    assert run.result.stopped == "timeout" and run.timing.attempts == 1 and not run.starved
