@@ -1,0 +1,123 @@
+"""Reading the lab's streams from the harness's own client, bounded (a learner may flood a stream or
+write binary fields), with every answer the learner's data can make odd turned into plain values.
+
+Entries and fields are bytes (the harness's client does not decode): a check shows them with `text()`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from retrylab.checks.stream_consumer import lab
+
+MAX_ENTRIES = 2000          # of one stream read at once; the lab's runs add a few hundred at most
+MAX_FIELD_BYTES = 4096      # a field value longer than this is kept cut (it can only fail a comparison)
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: bytes
+    fields: dict[bytes, bytes]
+
+    def get(self, name: str) -> str | None:
+        value = self.fields.get(name.encode())
+        return None if value is None else text(value)
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """XINFO GROUPS for one group, and what the harness computes from the stream itself."""
+    pending: int
+    last_delivered: bytes
+    undelivered: int        # entries after last-delivered-id (counted, not XINFO's `lag`, which can be None)
+    consumers: int
+
+    @property
+    def lag(self) -> int:
+        return self.undelivered + self.pending
+
+
+@dataclass(frozen=True)
+class Pending:
+    id: bytes
+    consumer: bytes
+    idle_ms: int
+    deliveries: int
+
+
+def text(value: bytes | str | None, limit: int = 200) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "backslashreplace")
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+def key_type(client: redis.Redis, key: str) -> str:
+    kind = client.type(key)
+    return kind.decode() if isinstance(kind, bytes) else kind
+
+
+def length(client: redis.Redis, key: str = lab.STREAM) -> int | None:
+    """XLEN, or None when the key is not a stream (a learner's script may have made it something else)."""
+    try:
+        return client.xlen(key)
+    except redis.ResponseError:
+        return None
+
+
+def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: int = MAX_ENTRIES) -> list[Entry]:
+    """The stream's first `count` entries from `start` ([] when the key is missing or not a stream)."""
+    if key_type(client, key) != "stream":
+        return []
+    found = []
+    for entry_id, fields in client.xrange(key, start, "+", count=count):
+        fields = fields or {}
+        found.append(Entry(entry_id, {k: v[:MAX_FIELD_BYTES] for k, v in list(fields.items())[:64]}))
+    return found
+
+
+def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> GroupState | None:
+    """The group's state, or None when the stream or the group does not exist."""
+    if key_type(client, key) != "stream":
+        return None
+    try:
+        infos = client.xinfo_groups(key)
+    except redis.ResponseError:     # the key changed type since TYPE (a learner's script is still running)
+        return None
+    for info in infos:
+        info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in info.items()}
+        group_name = info.get("name")
+        if (group_name.decode() if isinstance(group_name, bytes) else group_name) != name:
+            continue
+        last = info.get("last-delivered-id") or b"0-0"
+        last = last.encode() if isinstance(last, str) else last
+        undelivered = len(client.xrange(key, b"(" + last, "+", count=MAX_ENTRIES))
+        return GroupState(pending=int(info.get("pending") or 0), last_delivered=last,
+                          undelivered=undelivered, consumers=int(info.get("consumers") or 0))
+    return None
+
+
+def pending(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> list[Pending]:
+    """The group's pending entries ([] when there is no such group)."""
+    try:
+        rows = client.xpending_range(key, name, "-", "+", MAX_ENTRIES)
+    except redis.ResponseError:
+        return []
+    return [Pending(r["message_id"], r["consumer"], int(r["time_since_delivered"]), int(r["times_delivered"]))
+            for r in rows]
+
+
+def seed(client: redis.Redis, orders: list[dict], key: str = lab.STREAM) -> list[bytes]:
+    """XADD each order (its fields), in order; the ids Redis gave them."""
+    with client.pipeline(transaction=False) as pipe:
+        for fields in orders:
+            pipe.xadd(key, fields)
+        # a learner's script may have made `key` something else (WRONGTYPE): those entries are not added
+        return [r for r in pipe.execute(raise_on_error=False) if not isinstance(r, Exception)]
+
+
+def create_group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP, start: str = "0") -> None:
+    """The group as the harness creates it before steps 2-6 (LAB.md): at id 0, the stream made if missing."""
+    client.xgroup_create(key, name, id=start, mkstream=True)

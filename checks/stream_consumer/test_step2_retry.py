@@ -1,0 +1,75 @@
+"""Step 2: the flaky order (fails its first 2 deliveries) is reclaimed from the pending list with XAUTOCLAIM
+or XCLAIM, after a wait of at least MIN_RETRY_GAP that grows from the first redelivery to the second,
+and is then applied once.
+
+Each redelivery's wait is the gap between the failed call and the next call (Call.t); it grows when the
+min-idle of the claims that brought it back grows (both >= MIN_RETRY_GAP, each agreeing with its observed
+wait), or when the second observed gap is longer than the first by MIN_RETRY_GAP at least
+(redelivery.waits_grow).
+"""
+import pytest
+
+from retrylab.checks.stream_consumer import lab, observe, redelivery
+from retrylab.checks.stream_consumer.catalog import tr
+from retrylab.verdict import fail
+
+pytestmark = pytest.mark.step(2)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _why_not_applied(retry, calls) -> None:
+    """Fail with what became of a flaky order that was never applied."""
+    run, flaky = retry.run, retry.flaky
+    order_id, entry_id = flaky["order_id"], retry.entry_id(flaky)
+    how = observe.how_it_ran(run)
+    if not calls:
+        fail(tr("step2.never_called", id=order_id, how=how))
+    acks = redelivery.acks(run.commands, entry_id)
+    if acks and acks[0].at < calls[0].t:
+        fail(tr("step2.acked_before_effect", id=order_id))
+    if any(e.get("order_id") == order_id for e in retry.dlq):
+        fail(tr("step2.dead_lettered", id=order_id, calls=len(calls), dlq=lab.DLQ, max=lab.MAX_DELIVERIES))
+    pending = retry.pending_entry(flaky)
+    if redelivery.skipped(calls, run.commands, entry_id, pending):
+        fail(tr("step2.reclaimed_not_applied", id=order_id))
+    if pending is None:
+        fail(tr("step2.acked_after_failure", id=order_id, failures=len(calls)))
+    fail(tr("step2.never_redelivered", id=order_id, failures=len(calls), stream=lab.STREAM, how=how))
+
+
+def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, request):
+    run = retry_run.run
+    observe.attach(request.node, run)
+    observe.require_script(run, "consumer.py")
+    observe.require_honest_calls(run, retry_run.seeded)
+    flaky = retry_run.flaky
+    order_id, entry_id = flaky["order_id"], retry_run.entry_id(flaky)
+    calls = observe.calls_for(run, order_id)
+    applied = observe.effects(run)[order_id]
+    if applied == 0:
+        _why_not_applied(retry_run, calls)
+    if applied > 1:
+        fail(tr("step2.applied_twice", id=order_id, count=applied))
+    again = redelivery.redeliveries(calls, run.commands, entry_id)
+    if len(again) < lab.FLAKY_FAILURES:   # calls from processes side by side, recorded out of order
+        fail(tr("step2.never_redelivered", id=order_id, failures=len(calls) - 1, stream=lab.STREAM,
+                how=observe.how_it_ran(run)))
+    for number, redelivered in enumerate(again, start=2):
+        if redelivered.gap < lab.MIN_RETRY_GAP:
+            fail(tr("step2.immediate", id=order_id, n=number, gap_ms=_ms(redelivered.gap),
+                    min_ms=_ms(lab.MIN_RETRY_GAP)))
+    if not redelivery.claims_between(run.commands, entry_id, calls[0].t, calls[-1].t):
+        fail(tr("step2.no_claim", id=order_id, stream=lab.STREAM))
+    first, second = again[0], again[1]
+    if redelivery.waits_grow(first, second):
+        return
+    for number, redelivered in enumerate(again[:2], start=2):
+        if redelivered.min_idle_ms is not None and redelivery.claimed_with(redelivered) is None:
+            fail(tr("step2.claim_not_taken", id=order_id, n=number, gap_ms=_ms(redelivered.gap),
+                    idle_ms=redelivered.min_idle_ms))
+    shown = [str(r.min_idle_ms) if r.min_idle_ms is not None else "?" for r in (first, second)]
+    fail(tr("step2.not_growing", id=order_id, gap1_ms=_ms(first.gap), gap2_ms=_ms(second.gap),
+            idle1=shown[0], idle2=shown[1], margin_ms=_ms(lab.MIN_RETRY_GAP)))

@@ -1,0 +1,152 @@
+"""stream-consumer steps 2 (retry) and 3 (dlq): the reference passes steps 1-3 and each of the corpus
+entries about retries and dead letters gets its expected verdicts for steps 1-3, on both backends; the
+rules the checks use (redelivery evidence, the quiet stop) on hand-made records."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from retrylab.brokers.redis.commands import Command
+from retrylab.checks.stream_consumer import redelivery, settling
+from retrylab.fixtures.stream_consumer import corpus
+from retrylab.fixtures.stream_consumer.corpus import REFERENCE
+from retrylab.grading import grade
+
+BACKENDS = ["fake", "redis-server"]
+STEPS = (1, 2, 3)
+# this area's entries: those whose consumer.py is about retries and dead letters
+NAMES = {"immediate-endless-retries", "reread-own-pending-at-once", "constant-min-idle", "no-dlq-retries-forever",
+         "poison-dropped", "xack-before-effect", "dlq-after-2-deliveries", "dlq-after-4-deliveries",
+         "dlq-entry-bare", "dlq-as-list", "key-kept-on-failure", "fabricated-dead-letter", "retry-in-line",
+         "fixed-consumer-name", "bytes-fields", "xautoclaim-per-delivery", "deliveries-from-xpending",
+         "not-before-schedule", "never-xacks",
+         "xclaim-justid-retrycount", "xautoclaim-for-show"}
+ENTRIES = [e for e in corpus.entries() if e.name in NAMES]
+
+
+def _verdicts(report) -> dict[int, str]:
+    return {r.number: r.status for r in report.lab_results}
+
+
+def _explain(report) -> str:
+    return "\n".join(f"step {r.number} {r.status}: {r.message}" for r in report.lab_results)
+
+
+def test_every_entry_of_this_area_is_in_the_corpus():
+    assert {e.name for e in ENTRIES} == NAMES
+    assert all(set(e.expect) == set(range(1, 7)) for e in ENTRIES)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reference_passes_steps_1_to_3(backend):
+    report = grade(REFERENCE, backend=backend, steps=STEPS, exercise_id="stream-consumer")
+    assert _verdicts(report) == {n: "pass" for n in STEPS}, _explain(report)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
+def test_entry_gets_its_verdicts_for_steps_1_to_3(entry, backend, tmp_path):
+    submission = entry.materialize(tmp_path / "submission")
+    report = grade(submission, backend=backend, steps=STEPS, exercise_id="stream-consumer")
+    assert _verdicts(report) == {n: entry.expect[n] for n in STEPS}, f"{entry.id}: {entry.why}\n{_explain(report)}"
+    for result in report.lab_results:
+        if result.status == "fail":   # says what is wrong, then the hint; never a harness error
+            assert result.message.strip() and "Hint:" in result.message, result.message
+            assert "Traceback" not in result.message
+    # step 2 makes the retry run: a wrong consumer is stopped by the quiet rule or a cap, not the outer limit
+    step2 = next(r for r in report.lab_results if r.number == 2)
+    assert step2.seconds < settling.RUN_TIMEOUT - 1, step2.seconds
+
+
+# --------------------------------------------------------------------------------------------
+# the rules, on hand-made records
+
+ENTRY = b"1700000000000-1"
+
+
+def _command(at: float, *args: bytes) -> Command:
+    return Command(seq=0, conn=1, at=at, args=args, truncated=False)
+
+
+def _call(t: float, outcome: str) -> SimpleNamespace:
+    return SimpleNamespace(t=t, outcome=outcome)
+
+
+def test_a_claim_is_an_xclaim_naming_the_entry_or_any_xautoclaim_on_orders():
+    assert redelivery.is_claim(_command(0, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY), ENTRY)
+    assert not redelivery.is_claim(_command(0, b"XCLAIM", b"orders", b"workers", b"c", b"200", b"1-1"), ENTRY)
+    assert redelivery.is_claim(_command(0, b"xautoclaim", b"orders", b"workers", b"c", b"400", b"0-0"), ENTRY)
+    assert not redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"other", b"workers", b"c", b"400", b"0-0"), ENTRY)
+    assert redelivery.min_idle_ms(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400", b"0-0")) == 400
+    assert redelivery.min_idle_ms(_command(0, b"XCLAIM", b"orders", b"workers", b"c", b"soon", ENTRY)) is None
+    assert redelivery.min_idle_ms(_command(0, b"XCLAIM", b"orders")) is None
+
+
+def test_each_redelivery_takes_the_min_idle_of_the_last_claim_before_it():
+    calls = [_call(10.0, "error"), _call(10.3, "error"), _call(10.8, "ok")]
+    commands = [_command(10.1, b"XCLAIM", b"orders", b"workers", b"c", b"100", ENTRY),
+                _command(10.25, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY),
+                _command(10.7, b"XACK", b"orders", b"workers", ENTRY)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert (first.min_idle_ms, second.min_idle_ms) == (200, None)
+    assert first.gap == pytest.approx(0.3) and second.gap == pytest.approx(0.5)
+    assert redelivery.acks(commands, ENTRY) == commands[2:]
+
+
+def test_a_redelivery_that_skips_apply_is_seen_in_the_pending_count_or_an_xclaim_after_the_last_call():
+    calls = [_call(10.0, "error")]
+    assert redelivery.skipped(calls, [], ENTRY, SimpleNamespace(deliveries=2))
+    assert not redelivery.skipped(calls, [], ENTRY, SimpleNamespace(deliveries=1))
+    claimed_then_acked = [_command(10.3, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY),
+                          _command(10.31, b"XACK", b"orders", b"workers", ENTRY)]
+    assert redelivery.skipped(calls, claimed_then_acked, ENTRY, None)
+    acked_at_once = [_command(10.01, b"XACK", b"orders", b"workers", ENTRY),
+                     _command(10.3, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY)]
+    assert not redelivery.skipped(calls, acked_at_once, ENTRY, None)   # the claim found nothing to take
+
+
+@pytest.mark.parametrize("gaps, idles, grows", [
+    ((0.25, 0.45), (200, 400), True),      # the reference
+    ((0.29, 0.33), (200, 400), True),      # judged on the min-idle: the observed waits alone are too close
+    ((0.21, 0.29), (200, 200), False),     # a constant min-idle, the poll's jitter making the 2nd longer
+    ((0.21, 0.29), (None, None), False),
+    ((0.25, 0.45), (100, 100), True),      # own schedule, constant guard min-idle: judged on the waits
+    ((0.25, 0.45), (50, 80), True),
+    ((0.12, 0.15), (50, 80), False),       # min-idle under MIN_RETRY_GAP counts for nothing
+    ((0.15, 0.15), (200, 400), False),     # a claim for show: 150 ms is not 400 ms of idle time
+    ((0.21, 0.31), (200, 400), True),      # 100 ms of work between the delivery and the call is allowed
+])
+def test_the_second_wait_must_be_longer(gaps, idles, grows):
+    first = redelivery.Redelivery(0.0, gaps[0], idles[0])
+    second = redelivery.Redelivery(gaps[0], gaps[0] + gaps[1], idles[1])
+    assert redelivery.waits_grow(first, second) is grows
+
+
+class _Progress:
+    def __init__(self):
+        self.called, self.shape = [], ()
+        self.link = SimpleNamespace(shape=lambda: self.shape)
+
+    def calls(self):
+        return self.called
+
+
+def test_quiet_counts_from_the_moment_every_order_was_called_and_restarts_at_each_change():
+    progress, ready = _Progress(), [False]
+    quiet = settling.quiet_for(lambda p: ready[0], 0.05)
+    assert not quiet(progress)
+    time.sleep(0.06)
+    assert not quiet(progress)          # not ready: a slow start is never quiet
+    ready[0] = True
+    assert not quiet(progress)
+    time.sleep(0.06)
+    assert quiet(progress)
+    progress.called.append("call")      # a change: the quiet starts again
+    assert not quiet(progress)
+    progress.shape = (("orders:dlq", "stream", 1),)
+    time.sleep(0.03)
+    assert not quiet(progress)
+    time.sleep(0.06)
+    assert quiet(progress)
