@@ -56,6 +56,7 @@ class ScriptRun:
     timing: RunTiming | None = None
     # the run was stopped for making more calls (or bytes of them) than this: describe_call_limit says so
     call_limit: RecordLimit | None = None
+    received: tuple = ()            # what the broker sent the script, where its link records it (LearnerLink.received)
 
     @property
     def missing(self) -> bool:
@@ -239,11 +240,12 @@ class LearnerRunner:
             prepared, wall_start = time.monotonic(), time.time()
             result = sandbox.run(script, args=args, env=env, timeout=timeout, stop_when=settled)
             commands = tuple(link.commands())
+            received = tuple(link.received())
             reason = (Reason.EXITED if not result.stopped else stops[-1].reason if stops else Reason.WALL)
             result = dataclasses.replace(result, reason=reason.value, cpu=cpu[0], broker=link.broker_name,
                                          detail=stops[-1].detail if stops and result.stopped else "")
             done = ScriptRun(result=result, calls=tuple(channel.calls()), commands=commands,
-                             call_limit=channel.exceeded)
+                             call_limit=channel.exceeded, received=received)
             finished = time.monotonic()
         first = done.commands[0].at - wall_start if done.commands else None
         timing = RunTiming(script=script, prepare=prepared - began, first_command=first, run=result.seconds,

@@ -39,6 +39,9 @@ class LearnerLink(Protocol):
     def commands(self) -> list:         # what the learner sent, in order (the broker's own record type)
         ...
 
+    def received(self) -> list:         # what the server sent the learner, where the relay records it ([]: not)
+        ...
+
     def shape(self) -> Any:             # a cheap, comparable summary of the server's state (progress)
         ...
 

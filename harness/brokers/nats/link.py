@@ -63,6 +63,8 @@ class NatsLink:
         self.relay.drain_closed()
         return self.relay.deliveries()
 
+    received = deliveries     # LearnerLink: what the server sent the learner
+
     def shape(self) -> tuple:
         try:
             return state.shape(self.monitor)

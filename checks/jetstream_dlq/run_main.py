@@ -1,0 +1,196 @@
+"""Steps 3-7's run: the learner's setup.py, then worker.py and dlq_service.py side by side, on a private
+nats-server where the harness made stream EVENTS and published good-1, poison, good-2 and corrupt.
+
+Beside the learner's scripts, the harness listens to every consumer advisory itself (what the server
+published, when), and once the poison's MAX_DELIVERIES advisory has been seen and a dead letter is stored
+(or DEAD_LETTER_WAIT has passed), it publishes the very same advisory again, once, while the learner's
+listener still runs: a service without a Nats-Msg-Id then stores a second copy (step 5).
+
+The worker run ends when its work is done (the goods processed, the consumer with nothing pending or
+unacknowledged, the advisory re-sent and RESEND_SETTLE passed), when nothing has changed for QUIET seconds
+once every event was processed at least once, when it retries the poison far beyond MaxDeliver, or at
+RUN_TIMEOUT. Then the DLQ service is stopped and the server read.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+from retrylab.checks.jetstream_dlq import lab, server
+from retrylab.background import Beside, without_step_clock
+from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
+from retrylab.checks.jetstream_dlq.runs import RUNS
+from retrylab.fixtures.jetstream_dlq import events
+from retrylab.fixtures.jetstream_dlq.taskproc_app import TaskprocApp
+from retrylab.runner import ScriptRun
+from retrylab.settle import Reason, no_progress, when
+
+RUN_TIMEOUT = 12.0          # real seconds: the reference needs about 2.5 (BackOff 0.5 s + 1 s, then the advisory)
+DEAD_LETTER_WAIT = 2.0      # real seconds after the advisory before the harness re-sends it anyway
+RESEND_SETTLE = 0.6         # real seconds after the re-send before the run may end (a duplicate is stored by then)
+QUIET = 2.5                 # real seconds without change: more than BackOff's longest wait (1 s) and a fetch timeout
+RETRIES_FOREVER = 8         # calls of process for one event: far beyond MaxDeliver 3
+STUCK_CPU = 3.0
+
+
+@dataclass(frozen=True)
+class Advisory:
+    at: float
+    subject: str
+    data: bytes
+    by_harness: bool = False    # the harness's re-send
+
+
+@dataclass(frozen=True)
+class MainRun:
+    published: tuple[dict, ...]             # the events, in the order published
+    seqs: dict[str, int]                    # event id -> its stream sequence in EVENTS
+    setup: ScriptRun
+    worker: ScriptRun
+    dlq_service: ScriptRun | None           # None: no dlq_service.py (its logic may live in worker.py)
+    advisories: tuple[Advisory, ...]
+    resent_at: float | None                 # when the harness re-sent the MAX_DELIVERIES advisory
+    consumer: dict | None                   # ConsumerInfo of worker-consumer at the end
+    consumers: tuple[str, ...]              # every consumer on EVENTS at the end
+    events_left: tuple[dict, ...]           # EVENTS' stored messages at the end
+    dlq: tuple[dict, ...]                   # DLQ's stored messages at the end
+    streams: tuple[str, ...]
+    published_at: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def event(self, kind: str) -> dict:
+        return next(e for e in self.published if e["kind"] == kind)
+
+    def calls_for(self, event: dict) -> list:
+        return [c for c in self.worker.calls if c.id == event["id"]]
+
+    def call_counts(self) -> Counter:
+        return Counter(c.id for c in self.worker.calls)
+
+
+def main_batch() -> list[dict]:
+    return [events.new_event(kind) for kind in ("good", "poison", "good", "corrupt")]
+
+
+class AdvisoryWatch:
+    """The harness's own subscription to every consumer advisory, and the one re-send (see the module)."""
+
+    def __init__(self, endpoint, poison_seq: int):
+        self.endpoint = endpoint
+        self.poison_seq = poison_seq
+        self.advisories: list[Advisory] = []
+        self.resent_at: float | None = None
+        self.ready = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, cancelled: threading.Event) -> None:
+        with self.endpoint.admin() as admin, self.endpoint.admin() as reader:
+            sid = admin.subscribe("$JS.EVENT.ADVISORY.CONSUMER.>")
+            self.ready.set()
+            seen_at = original = None
+            echo_pending = False
+            while not cancelled.is_set():
+                for message in admin.received(sid, wait=0.05):
+                    # the re-sent advisory comes back on this very subscription: that copy is the re-send
+                    echo = echo_pending and (message.subject, message.data) == (original.subject, original.data)
+                    echo_pending = echo_pending and not echo
+                    with self._lock:
+                        self.advisories.append(Advisory(time.time(), message.subject, message.data, by_harness=echo))
+                    if seen_at is None and self._is_poison_exhausted(message):
+                        seen_at, original = time.monotonic(), message
+                if seen_at is not None and self.resent_at is None and (
+                        time.monotonic() - seen_at >= DEAD_LETTER_WAIT
+                        or server.messages(reader, lab.DLQ_STREAM, limit=1)):
+                    echo_pending = True
+                    admin.publish(original.subject, original.data)
+                    self.resent_at = time.time()
+
+    def _is_poison_exhausted(self, message) -> bool:
+        import json
+        if message.subject != lab.MAX_DELIVERIES_ADVISORY:
+            return False
+        try:
+            return json.loads(message.data).get("stream_seq") == self.poison_seq
+        except (ValueError, AttributeError):
+            return False
+
+    def snapshot(self) -> tuple[Advisory, ...]:
+        with self._lock:
+            return tuple(self.advisories)
+
+
+def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) -> object:
+    goods = [e["id"] for e in batch if e["kind"] == "good"]
+    ids = [e["id"] for e in batch]
+    quiet = {"since": None, "signature": None}
+
+    def done(progress) -> bool:
+        ok = {c.id for c in progress.calls() if c.outcome == "ok"}
+        if not all(g in ok for g in goods) or watch.resent_at is None:
+            return False
+        if time.time() - watch.resent_at < RESEND_SETTLE:
+            return False
+        info = server.consumer_info(admin_for_progress)
+        return info is None or (info.get("num_pending") == 0 and info.get("num_ack_pending") == 0)
+
+    def quiet_enough(progress) -> bool:
+        called = {c.id for c in progress.calls()}
+        if not all(i in called for i in ids):
+            return False
+        signature = (len(progress.calls()), progress.link.shape(), len(watch.snapshot()))
+        now = time.monotonic()
+        if signature != quiet["signature"]:
+            quiet["signature"], quiet["since"] = signature, now
+            return False
+        return now - quiet["since"] >= QUIET
+
+    def retries_forever(progress) -> bool:
+        counts = Counter(c.id for c in progress.calls())
+        return bool(counts) and counts.most_common(1)[0][1] > RETRIES_FOREVER
+
+    return (when(lambda progress: cancelled is not None and cancelled.is_set(), Reason.CANCELLED)
+            | when(done, Reason.DONE_IDLE) | when(quiet_enough, Reason.DONE_IDLE)
+            | when(retries_forever, Reason.CAP) | no_progress(cpu=STUCK_CPU))
+
+
+@RUNS.observer("main_run")
+def observe_main(learner, nats_backend, cancelled=None) -> MainRun:
+    batch = main_batch()
+    cancelled = cancelled or threading.Event()
+    with nats_backend.private() as endpoint, endpoint.admin() as admin:
+        server.create_events_stream(admin)
+        setup = run_setup_script(learner, endpoint, cancelled)
+        seqs = {e["id"]: admin.js_publish(lab.SUBJECT, events.payload(e))["seq"] for e in batch}
+        published_at = time.time()
+        watch = AdvisoryWatch(endpoint, seqs[next(e["id"] for e in batch if e["kind"] == "poison")])
+        with Beside(watch, "retrylab-advisories") as watcher:
+            watch.ready.wait(5)
+            service = Beside(lambda stop: without_step_clock(learner).run(
+                "dlq_service.py", endpoint, timeout=RUN_TIMEOUT + 5,
+                stop_when=when(lambda progress: stop.is_set() or cancelled.is_set(), Reason.CANCELLED)),
+                "retrylab-dlq-service")
+            try:
+                with endpoint.admin() as progress_admin:
+                    worker = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT,
+                                         stop_when=_worker_settled(batch, watch, progress_admin, cancelled),
+                                         app=TaskprocApp(published=batch))
+            finally:
+                service.cancelled.set()
+            dlq_service = service.result()
+            watcher.cancelled.set()
+        return MainRun(
+            published=tuple(batch), seqs=seqs, setup=setup, worker=worker,
+            dlq_service=None if dlq_service.missing else dlq_service,
+            advisories=watch.snapshot(), resent_at=watch.resent_at,
+            consumer=server.consumer_info(admin), consumers=tuple(server.consumer_names(admin, lab.STREAM)),
+            events_left=tuple(server.messages(admin, lab.STREAM)), dlq=tuple(server.messages(admin, lab.DLQ_STREAM)),
+            streams=tuple(server.stream_names(admin)), published_at=published_at)
+
+
+@pytest.fixture(scope="session")
+def main_run(request, learner, nats_backend) -> MainRun:
+    return RUNS.record(request, "main_run", learner, nats_backend)

@@ -1,0 +1,56 @@
+"""The harness's own work beside a learner run (seeding a stream when the consumer is ready, sampling
+a lag, listening to a broker's advisories, a second learner script): a thread whose result or exception
+comes back to the check, and which is always stopped and joined before the run's private server goes away."""
+from __future__ import annotations
+
+import contextvars
+import copy
+import threading
+
+
+class Beside:
+    """`work(cancelled)` in a thread of its own. `result()` waits and returns its value (or raises its
+    exception) in the caller's thread; `stop()` sets `cancelled` and waits."""
+
+    def __init__(self, work, name: str):
+        self.cancelled = threading.Event()
+        self._outcome: dict = {}
+
+        def target():
+            try:
+                self._outcome["value"] = work(self.cancelled)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that asks for the result
+                self._outcome["error"] = exc
+
+        # in a copy of the caller's context: what the work says is in the grading's language
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+        return self._outcome["value"]
+
+    def stop(self):
+        self.cancelled.set()
+        return self.result()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def __enter__(self) -> "Beside":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancelled.set()
+        self._thread.join()
+
+
+def without_step_clock(learner):
+    """The learner runner without the current step's time limit (that clock belongs to the main thread):
+    for a learner run in a thread beside the main one, bounded by its own timeout."""
+    alone = copy.copy(learner)
+    alone.clock = None
+    return alone
