@@ -83,3 +83,19 @@ def _nak_delay(rest: bytes) -> float | None:
         return None
     delay = value.get("delay") if isinstance(value, dict) else None
     return delay / 1e9 if isinstance(delay, (int, float)) and delay > 0 else None
+
+
+def of_seq(found: list[Delivery], stream_seq: int, consumer: str | None = lab.CONSUMER) -> list[Delivery]:
+    """The deliveries of one stream message, in order (from `consumer` only; None: from any)."""
+    return [d for d in found if d.stream_seq == stream_seq and (consumer is None or d.consumer == consumer)]
+
+
+def answers_to(given: list[Answer], to: list[Delivery]) -> list[Answer]:
+    """The answers the learner gave to these deliveries (by their reply subjects), in order."""
+    replies = {d.reply for d in to}
+    return [a for a in given if a.reply in replies]
+
+
+def gaps(to: list[Delivery]) -> list[float]:
+    """Real seconds between one delivery and the next, as the relay passed them on."""
+    return [later.at - earlier.at for earlier, later in zip(to, to[1:])]

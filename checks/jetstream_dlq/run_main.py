@@ -13,6 +13,7 @@ RUN_TIMEOUT. Then the DLQ service is stopped and the server read.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from retrylab.checks.jetstream_dlq import lab, server
+from retrylab.checks.jetstream_dlq import deliveries, lab, server
 from retrylab.background import Beside, without_step_clock
 from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
@@ -43,6 +44,20 @@ class Advisory:
     subject: str
     data: bytes
     by_harness: bool = False    # the harness's re-send
+
+    @property
+    def kind(self) -> str:
+        """MAX_DELIVERIES, MSG_TERMINATED... ($JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>)."""
+        parts = self.subject.split(".")
+        return parts[4] if len(parts) > 4 else ""
+
+    @property
+    def stream_seq(self) -> int | None:
+        try:
+            seq = json.loads(self.data).get("stream_seq")
+        except (ValueError, AttributeError):
+            return None
+        return seq if isinstance(seq, int) else None
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,22 @@ class MainRun:
 
     def call_counts(self) -> Counter:
         return Counter(c.id for c in self.worker.calls)
+
+    def delivered(self) -> list[deliveries.Delivery]:
+        """Every delivery from EVENTS the worker received, from any consumer, in order."""
+        return deliveries.deliveries(self.worker.received)
+
+    def answered(self) -> list[deliveries.Answer]:
+        """Every answer (ack, nak, term...) the worker published on a `$JS.ACK...` subject, in order."""
+        return deliveries.answers(self.worker.commands)
+
+    def ack_policy(self) -> str | None:
+        """worker-consumer's AckPolicy at the end of the run (None: no such consumer then)."""
+        return ((self.consumer or {}).get("config") or {}).get("ack_policy") if self.consumer else None
+
+    def advisories_for(self, kind: str, stream_seq: int) -> list[Advisory]:
+        """The server's own advisories of a kind (MAX_DELIVERIES, MSG_TERMINATED) about one message of EVENTS."""
+        return [a for a in self.advisories if not a.by_harness and a.kind == kind and a.stream_seq == stream_seq]
 
 
 def main_batch() -> list[dict]:
@@ -110,7 +141,6 @@ class AdvisoryWatch:
                     self.resent_at = time.time()
 
     def _is_poison_exhausted(self, message) -> bool:
-        import json
         if message.subject != lab.MAX_DELIVERIES_ADVISORY:
             return False
         try:
