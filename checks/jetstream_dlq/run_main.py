@@ -23,6 +23,7 @@ import pytest
 
 from retrylab.checks.jetstream_dlq import deliveries, lab, server
 from retrylab.background import Beside, without_step_clock
+from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
 from retrylab.fixtures.jetstream_dlq import events
@@ -34,7 +35,7 @@ RUN_TIMEOUT = 12.0          # real seconds: the reference needs about 2.5 (BackO
 DEAD_LETTER_WAIT = 2.0      # real seconds after the advisory before the harness re-sends it anyway
 RESEND_SETTLE = 0.6         # real seconds after the re-send before the run may end (a duplicate is stored by then)
 QUIET = 2.5                 # real seconds without change: more than BackOff's longest wait (1 s) and a fetch timeout
-RETRIES_FOREVER = 8         # calls of process for one event: far beyond MaxDeliver 3
+RETRIES_FOREVER = 4         # calls of process for one event: beyond MaxDeliver 3 (stopped at the 5th)
 STUCK_CPU = 3.0
 
 
@@ -154,26 +155,30 @@ class AdvisoryWatch:
 
 
 def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) -> object:
+    """When to stop worker.py (see the module's text): its work done; nothing changing for QUIET seconds; one
+    event processed far beyond MaxDeliver; no progress while it spins."""
     goods = [e["id"] for e in batch if e["kind"] == "good"]
-    ids = [e["id"] for e in batch]
     quiet = {"since": None, "signature": None}
+
+    def clean() -> bool:
+        info = server.consumer_info(admin_for_progress)
+        return info is None or (info.get("num_pending") == 0 and info.get("num_ack_pending") == 0)
 
     def done(progress) -> bool:
         ok = {c.id for c in progress.calls() if c.outcome == "ok"}
         if not all(g in ok for g in goods) or watch.resent_at is None:
             return False
-        if time.time() - watch.resent_at < RESEND_SETTLE:
-            return False
-        info = server.consumer_info(admin_for_progress)
-        return info is None or (info.get("num_pending") == 0 and info.get("num_ack_pending") == 0)
+        return time.time() - watch.resent_at >= RESEND_SETTLE and clean()
 
-    def quiet_enough(progress) -> bool:
-        called = {c.id for c in progress.calls()}
-        if not all(i in called for i in ids):
+    def quiet_for_long(progress) -> bool:
+        """Nothing changed (process calls, the server's streams and consumers, the advisories) for QUIET real
+        seconds since the worker's first command, while it was idle: a worker the machine keeps waiting for
+        a CPU (a thread ready to run) is not idle, so on a busy machine this waits for it."""
+        if not progress.started():
             return False
         signature = (len(progress.calls()), progress.link.shape(), len(watch.snapshot()))
         now = time.monotonic()
-        if signature != quiet["signature"]:
+        if signature != quiet["signature"] or progress.sandbox is not None and progress.sandbox.learner_running():
             quiet["signature"], quiet["since"] = signature, now
             return False
         return now - quiet["since"] >= QUIET
@@ -182,9 +187,21 @@ def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) 
         counts = Counter(c.id for c in progress.calls())
         return bool(counts) and counts.most_common(1)[0][1] > RETRIES_FOREVER
 
+    def most_calls(progress) -> str:
+        return tr("main.retries_forever", count=Counter(c.id for c in progress.calls()).most_common(1)[0][1],
+                  most=lab.MAX_DELIVER)
+
+    # quiet with the consumer clean: the work is done (nothing more will come); quiet with messages still
+    # pending or unacknowledged: the worker stopped pulling, or waits for something that never comes
     return (when(lambda progress: cancelled is not None and cancelled.is_set(), Reason.CANCELLED)
-            | when(done, Reason.DONE_IDLE) | when(quiet_enough, Reason.DONE_IDLE)
-            | when(retries_forever, Reason.CAP) | no_progress(cpu=STUCK_CPU))
+            | when(done, Reason.DONE_IDLE, lambda progress: f"{progress.cpu_since_change():.1f}")
+            | when(retries_forever, Reason.CAP, most_calls)
+            | when(lambda progress: quiet_for_long(progress) and clean(), Reason.DONE_IDLE,
+                   lambda progress: f"{progress.cpu_since_change():.1f}")
+            # (quiet_for_long was asked just before, in this very look: its answer is in `quiet`)
+            | when(lambda progress: quiet["since"] is not None and time.monotonic() - quiet["since"] >= QUIET,
+                   Reason.CAP, lambda progress: tr("main.quiet", seconds=QUIET))
+            | no_progress(cpu=STUCK_CPU))
 
 
 @RUNS.observer("main_run")

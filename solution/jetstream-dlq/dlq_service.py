@@ -14,7 +14,6 @@ import os
 import signal
 
 import nats
-from nats.errors import TimeoutError as FetchTimeout
 
 TARGETS = {"MAX_DELIVERIES": ("dlq.events", "dlq"), "MSG_TERMINATED": ("dlq.terminated", "term")}
 
@@ -39,7 +38,7 @@ async def main():
     while not stopping.is_set():
         try:
             messages = await sub.fetch(10, timeout=1)
-        except FetchTimeout:
+        except asyncio.TimeoutError:    # nats' own TimeoutError, or asyncio's (see README)
             continue
         for msg in messages:
             kind = msg.subject.split(".")[4]    # $JS.EVENT.ADVISORY.CONSUMER.<KIND>.<stream>.<consumer>

@@ -14,7 +14,6 @@ import os
 import signal
 
 import nats
-from nats.errors import TimeoutError as FetchTimeout
 
 from taskproc import PermanentError, TemporaryError, process
 
@@ -41,7 +40,7 @@ async def main():
             # keep a pull request waiting at all times: the MAX_DELIVERIES advisory is only published
             # while one is, after the last redelivery wait
             messages = await sub.fetch(10, timeout=1)
-        except FetchTimeout:
+        except asyncio.TimeoutError:    # nats' own TimeoutError, or asyncio's (see README)
             continue
         for msg in messages:
             await handle(msg)
