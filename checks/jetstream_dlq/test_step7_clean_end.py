@@ -16,6 +16,9 @@ def test_nothing_pending_and_the_poison_kept(main_run, request):
     if info is None:
         fail(tr("step7.no_consumer", consumer=lab.CONSUMER, how=observe.how_it_ran(main_run.worker)))
     pending, unacked = info.get("num_pending", 0), info.get("num_ack_pending", 0)
+    others = sorted({d.consumer for d in main_run.delivered()} - {lab.CONSUMER})
+    if (pending or unacked) and others:     # the worker read another consumer: this one was never drained
+        fail(tr("deliveries.other_consumer", consumers=", ".join(others), consumer=lab.CONSUMER, stream=lab.STREAM))
     if pending or unacked:
         fail(tr("step7.not_clean", pending=pending, unacked=unacked, how=observe.how_it_ran(main_run.worker)))
     poison = main_run.event("poison")
