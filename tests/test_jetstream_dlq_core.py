@@ -3,8 +3,14 @@ on the corpus entries of this area, graded on a private nats-server; and how the
 that is done, one that stopped pulling, and one whose consumer redelivers for ever."""
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
+
 import pytest
 
+from retrylab import bidi, i18n
+from retrylab import exercise as exercise_module
 from retrylab.brokers.nats.backends import make_backend
 from retrylab.checks.jetstream_dlq.run_main import QUIET, RETRIES_FOREVER, observe_main
 from retrylab.fixtures.jetstream_dlq import corpus
@@ -14,6 +20,7 @@ from retrylab.runner import LearnerRunner
 from retrylab.settle import Reason
 
 EXERCISE = "jetstream-dlq"
+LOCALES = Path(exercise_module.get(EXERCISE).folder) / "locales"
 STEPS = (1, 2, 3, 4, 6, 7)     # step 5 and the advanced checks are graded by their own tests
 # this area's entries: the mistakes of steps 3, 4, 6, 7 and the variety of workers and setups
 CORE = ("plain-nak", "max-deliver-unset", "ack-none", "ack-all", "ephemeral-consumer", "acks-the-poison",
@@ -102,3 +109,46 @@ def test_main_run_caps_a_consumer_that_redelivers_for_ever(nats_backend, tmp_pat
     run = _main_run(entry.materialize(tmp_path / "s"), nats_backend)
     assert run.worker.result.reason == Reason.CAP.value
     assert max(run.call_counts().values()) == RETRIES_FOREVER + 1
+
+
+MY_PARTS = ("core", "step3", "step4", "step6", "step7")
+SCRIPTS = {"zh": re.compile(r"[\u4e00-\u9fff]"), "ru": re.compile(r"[\u0400-\u04ff]"),
+           "fa": re.compile(r"[\u0600-\u06ff]")}
+
+
+def _my_keys() -> list[str]:
+    folder = LOCALES
+    keys = []
+    for part in MY_PARTS:
+        for section, table in tomllib.loads((folder / f"en.{part}.toml").read_text(encoding="utf-8")).items():
+            keys += [f"{section}.{key}" for key in table]
+        for lang in SCRIPTS:
+            assert (folder / f"{lang}.{part}.toml").is_file(), (lang, part)
+    return keys
+
+
+@pytest.mark.parametrize("lang", sorted(SCRIPTS))
+def test_core_messages_in_every_language(lang):
+    """Every message of this area exists in the language, in its script, with bidi marks balanced, and keeps
+    the names a learner types (worker-consumer, nak(), term()...) as they are."""
+    catalog = i18n.exercise_catalog(exercise_module.get(EXERCISE))
+    params = {name: "X" for name in ("consumer", "consumers", "stream", "seq", "how", "number", "count",
+                                     "deliveries", "answers", "delivered", "gap", "least", "most", "counts",
+                                     "seconds", "pending", "unacked")}
+    keys = [k for k in _my_keys() if not k.startswith("steps.")] + [
+        f"steps.{slug}.{field}" for slug in ("ack", "redeliver", "term", "clean-end") for field in ("title", "hint")]
+    for key in keys:
+        assert catalog.messages[lang].get(key) is not None, key
+        text = catalog.text(key, lang, **params)
+        assert SCRIPTS[lang].search(text) and bidi.bidi_problems(text) == [], (key, text)
+        english = catalog.text(key, "en", **params)
+        for name in re.findall(r"[a-z_]+\(\)|worker-consumer|AckPolicy|\+TERM", english):
+            assert name in text, (key, name, text)
+
+
+def test_a_persian_grading_says_what_is_wrong_in_persian(tmp_path):
+    entry = next(e for e in ENTRIES if e.name == "plain-nak")
+    report = grade(entry.materialize(tmp_path / "s"), exercise_id=EXERCISE, steps=(4,), lang="fa")
+    [result] = [r for r in report.lab_results if r.number == 4]
+    assert result.status == "fail" and SCRIPTS["fa"].search(result.message.splitlines()[0])
+    assert "nak()" in result.message and bidi.bidi_problems(result.message) == []
