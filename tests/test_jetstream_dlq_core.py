@@ -25,7 +25,8 @@ STEPS = (1, 2, 3, 4, 6, 7)     # step 5 and the advanced checks are graded by th
 # this area's entries: the mistakes of steps 3, 4, 6, 7 and the variety of workers and setups
 CORE = ("plain-nak", "max-deliver-unset", "ack-none", "ack-all", "ephemeral-consumer", "acks-the-poison",
         "term-for-temporary", "deletes-the-poison", "ack-not-awaited", "nak-when-process-returns-none",
-        "stops-after-third-delivery", "never-answers", "exits-at-once", "naks-forever", "durable-fetch-one-nak-delay", "drain-and-exit", "setup-looks-first",
+        "stops-after-third-delivery", "never-answers", "exits-at-once", "naks-forever",
+        "acks-before-processing", "durable-fetch-one-nak-delay", "drain-and-exit", "setup-looks-first",
         "sync-looking-worker")
 ENTRIES = [e for e in corpus.entries() if e.name in CORE]
 
