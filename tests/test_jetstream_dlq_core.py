@@ -26,7 +26,7 @@ STEPS = (1, 2, 3, 4, 6, 7)     # step 5 and the advanced checks are graded by th
 CORE = ("plain-nak", "max-deliver-unset", "ack-none", "ack-all", "ephemeral-consumer", "acks-the-poison",
         "term-for-temporary", "deletes-the-poison", "ack-not-awaited", "nak-when-process-returns-none",
         "stops-after-third-delivery", "never-answers", "exits-at-once", "naks-forever",
-        "acks-before-processing", "durable-fetch-one-nak-delay", "drain-and-exit", "setup-looks-first",
+        "acks-before-processing", "durable-fetch-one-nak-delay", "nak-delay-two-seconds", "drain-and-exit", "setup-looks-first",
         "sync-looking-worker")
 ENTRIES = [e for e in corpus.entries() if e.name in CORE]
 

@@ -6,10 +6,16 @@ published, when), and once the poison's MAX_DELIVERIES advisory has been seen an
 (or DEAD_LETTER_WAIT has passed), it publishes the very same advisory again, once, while the learner's
 listener still runs: a service without a Nats-Msg-Id then stores a second copy (step 5).
 
-The worker run ends when its work is done (the goods processed, the consumer with nothing pending or
-unacknowledged, the advisory re-sent and RESEND_SETTLE passed), when nothing has changed for QUIET seconds
-once every event was processed at least once, when it retries the poison far beyond MaxDeliver, or at
-RUN_TIMEOUT. Then the DLQ service is stopped and the server read.
+The worker run ends (real time: the server's redelivery waits are real) when
+- its work is done: the goods processed, the advisory re-sent RESEND_SETTLE ago, the consumer with nothing
+  pending or unacknowledged (the reference: about 3.5 s of worker, 4.5 s for the whole run);
+- nothing changed for QUIET seconds (process calls, the server's streams and consumers, advisories) while
+  the worker was idle: not while a thread of it waits for a CPU (a busy machine), nor before a redelivery it
+  asked for with nak(delay=d) is due. With the consumer clean, it is done (DONE_IDLE); with messages still
+  pending or unacknowledged it stopped pulling or waits for what never comes (CAP, said so);
+- one event was processed more than RETRIES_FOREVER times (a consumer without MaxDeliver: CAP);
+- it spins without progress (no_progress), it exits, or at RUN_TIMEOUT.
+Then the DLQ service is stopped and the server read.
 """
 from __future__ import annotations
 
@@ -31,12 +37,13 @@ from retrylab.fixtures.jetstream_dlq.taskproc_app import TaskprocApp
 from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, no_progress, when
 
-RUN_TIMEOUT = 12.0          # real seconds: the reference needs about 2.5 (BackOff 0.5 s + 1 s, then the advisory)
+RUN_TIMEOUT = 12.0          # real seconds: the reference's worker needs about 3.5 (BackOff 0.5 + 1 + 1 s, the re-send)
 DEAD_LETTER_WAIT = 2.0      # real seconds after the advisory before the harness re-sends it anyway
 RESEND_SETTLE = 0.6         # real seconds after the re-send before the run may end (a duplicate is stored by then)
 QUIET = 2.5                 # real seconds without change: more than BackOff's longest wait (1 s) and a fetch timeout
 RETRIES_FOREVER = 4         # calls of process for one event: beyond MaxDeliver 3 (stopped at the 5th)
 STUCK_CPU = 3.0
+NAK_LATE = 0.6              # real seconds a redelivery asked for with nak(delay=d) may come after d (measured: 0.5)
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,17 @@ def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) 
     event processed far beyond MaxDeliver; no progress while it spins."""
     goods = [e["id"] for e in batch if e["kind"] == "good"]
     quiet = {"since": None, "signature": None}
+    naks = {"read": 0, "due": 0.0}     # the learner's commands read so far; when its latest nak(delay) comes due
+
+    def nak_due(progress) -> float:
+        """The real time by which every redelivery the worker asked for with nak(delay=d) has come (measured:
+        d after the nak, and 0.5 s more for a second one): no quiet is counted before it."""
+        commands = progress.commands()
+        for answer in deliveries.answers(commands[naks["read"]:]):
+            if answer.kind == deliveries.NAK and answer.delay:
+                naks["due"] = max(naks["due"], answer.at + min(answer.delay, RUN_TIMEOUT) + NAK_LATE)
+        naks["read"] = len(commands)
+        return naks["due"]
 
     def clean() -> bool:
         info = server.consumer_info(admin_for_progress)
@@ -178,7 +196,8 @@ def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) 
             return False
         signature = (len(progress.calls()), progress.link.shape(), len(watch.snapshot()))
         now = time.monotonic()
-        if signature != quiet["signature"] or progress.sandbox is not None and progress.sandbox.learner_running():
+        if signature != quiet["signature"] or progress.sandbox is not None and progress.sandbox.learner_running() \
+                or time.time() < nak_due(progress):
             quiet["signature"], quiet["since"] = signature, now
             return False
         return now - quiet["since"] >= QUIET
