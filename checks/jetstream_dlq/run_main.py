@@ -13,7 +13,8 @@ The worker run ends (real time: the server's redelivery waits are real) when
   the worker was idle: not while a thread of it waits for a CPU (a busy machine), nor before a redelivery it
   asked for with nak(delay=d) is due. With the consumer clean, it is done (DONE_IDLE); with messages still
   pending or unacknowledged it stopped pulling or waits for what never comes (CAP, said so);
-- one event was processed more than RETRIES_FOREVER times (a consumer without MaxDeliver: CAP);
+- one message was delivered more than RETRIES_FOREVER times (a consumer without MaxDeliver), or processed
+  more than CALLS_FOREVER times (a worker retrying in its own loop): CAP;
 - it spins without progress (no_progress), it exits, or at RUN_TIMEOUT.
 Then the DLQ service is stopped and the server read.
 """
@@ -41,7 +42,8 @@ RUN_TIMEOUT = 12.0          # real seconds: the reference's worker needs about 3
 DEAD_LETTER_WAIT = 2.0      # real seconds after the advisory before the harness re-sends it anyway
 RESEND_SETTLE = 0.6         # real seconds after the re-send before the run may end (a duplicate is stored by then)
 QUIET = 2.5                 # real seconds without change: more than BackOff's longest wait (1 s) and a fetch timeout
-RETRIES_FOREVER = 4         # calls of process for one event: beyond MaxDeliver 3 (stopped at the 5th)
+RETRIES_FOREVER = 4         # deliveries of one message: beyond MaxDeliver 3 (stopped at the 5th)
+CALLS_FOREVER = 20          # calls of process for one event: a worker that retries in its own loop without end
 STUCK_CPU = 3.0
 NAK_LATE = 0.6              # real seconds a redelivery asked for with nak(delay=d) may come after d (measured: 0.5)
 
@@ -167,6 +169,7 @@ def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) 
     goods = [e["id"] for e in batch if e["kind"] == "good"]
     quiet = {"since": None, "signature": None}
     naks = {"read": 0, "due": 0.0}     # the learner's commands read so far; when its latest nak(delay) comes due
+    seen = {"read": 0, "most": 0}      # deliveries read so far; the highest delivery count among them
 
     def nak_due(progress) -> float:
         """The real time by which every redelivery the worker asked for with nak(delay=d) has come (measured:
@@ -202,19 +205,27 @@ def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) 
             return False
         return now - quiet["since"] >= QUIET
 
-    def retries_forever(progress) -> bool:
-        counts = Counter(c.id for c in progress.calls())
-        return bool(counts) and counts.most_common(1)[0][1] > RETRIES_FOREVER
+    def most_delivered(progress) -> int:
+        """The highest delivery count the server has given one message so far (read from the relay's record
+        itself, not through the link, which would wait for connections the learner is closing)."""
+        frames = progress.link.relay.deliveries()
+        for delivery in deliveries.deliveries(frames[seen["read"]:]):
+            seen["most"] = max(seen["most"], delivery.delivered)
+        seen["read"] = len(frames)
+        return seen["most"]
 
-    def most_calls(progress) -> str:
-        return tr("main.retries_forever", count=Counter(c.id for c in progress.calls()).most_common(1)[0][1],
-                  most=lab.MAX_DELIVER)
+    def most_calls(progress) -> int:
+        counts = Counter(c.id for c in progress.calls())
+        return counts.most_common(1)[0][1] if counts else 0
 
     # quiet with the consumer clean: the work is done (nothing more will come); quiet with messages still
     # pending or unacknowledged: the worker stopped pulling, or waits for something that never comes
     return (when(lambda progress: cancelled is not None and cancelled.is_set(), Reason.CANCELLED)
             | when(done, Reason.DONE_IDLE, lambda progress: f"{progress.cpu_since_change():.1f}")
-            | when(retries_forever, Reason.CAP, most_calls)
+            | when(lambda progress: most_delivered(progress) > RETRIES_FOREVER, Reason.CAP,
+                   lambda progress: tr("main.retries_forever", count=seen["most"], most=lab.MAX_DELIVER))
+            | when(lambda progress: most_calls(progress) > CALLS_FOREVER, Reason.CAP,
+                   lambda progress: tr("main.calls_forever", count=most_calls(progress)))
             | when(lambda progress: quiet_for_long(progress) and clean(), Reason.DONE_IDLE,
                    lambda progress: f"{progress.cpu_since_change():.1f}")
             # (quiet_for_long was asked just before, in this very look: its answer is in `quiet`)
