@@ -1,6 +1,9 @@
 """What crossed the relay, in JetStream's terms: each delivery of a message to the learner (the server's
 MSG/HMSG with a `$JS.ACK...` reply subject: stream sequence, delivery count, when) and each answer the
-learner gave it (a PUB on that reply subject: ack, nak, nak with a delay, term, in progress)."""
+learner gave it (a PUB on that reply subject: ack, nak, nak with a delay, term, in progress).
+
+A learner cannot dress up a message of its own as a delivery: nats-server 2.15 refuses a publish whose reply
+subject is under `$JS.ACK` ("permissions violation for publish with reply of ...", measured here)."""
 from __future__ import annotations
 
 import json
