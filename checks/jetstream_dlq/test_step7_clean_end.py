@@ -13,6 +13,8 @@ def test_nothing_pending_and_the_poison_kept(main_run, request):
     observe.attach(request.node, main_run.worker, main_run.dlq_service)
     observe.require_script(main_run.worker, "worker.py")
     info = main_run.consumer
+    if lab.STREAM not in main_run.streams:
+        fail(tr("step7.no_stream", stream=lab.STREAM, how=observe.how_it_ran(main_run.worker)))
     if info is None:
         fail(tr("step7.no_consumer", consumer=lab.CONSUMER, how=observe.how_it_ran(main_run.worker)))
     pending, unacked = info.get("num_pending", 0), info.get("num_ack_pending", 0)
