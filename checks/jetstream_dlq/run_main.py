@@ -165,7 +165,7 @@ class AdvisoryWatch:
 
 def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) -> object:
     """When to stop worker.py (see the module's text): its work done; nothing changing for QUIET seconds; one
-    event processed far beyond MaxDeliver; no progress while it spins."""
+    message delivered beyond MaxDeliver, or processed in an endless loop; no progress while it spins."""
     goods = [e["id"] for e in batch if e["kind"] == "good"]
     quiet = {"since": None, "signature": None}
     naks = {"read": 0, "due": 0.0}     # the learner's commands read so far; when its latest nak(delay) comes due
@@ -173,8 +173,9 @@ def _worker_settled(batch, watch: AdvisoryWatch, admin_for_progress, cancelled) 
 
     def nak_due(progress) -> float:
         """The real time by which every redelivery the worker asked for with nak(delay=d) has come (measured:
-        d after the nak, and 0.5 s more for a second one): no quiet is counted before it."""
-        commands = progress.commands()
+        d after the nak, and 0.5 s more for a second one): no quiet is counted before it. Read from the relay's
+        record itself, as most_delivered does."""
+        commands = progress.link.relay.commands()
         for answer in deliveries.answers(commands[naks["read"]:]):
             if answer.kind == deliveries.NAK and answer.delay:
                 naks["due"] = max(naks["due"], answer.at + min(answer.delay, RUN_TIMEOUT) + NAK_LATE)
