@@ -29,7 +29,8 @@ WORKER_TIMEOUT = 10.0   # real seconds: the advisory comes about 2.7 s after the
 QUIET = 2.5             # every event processed and nothing new for this long: the advisory is not coming
 RETRIES_FOREVER = 8     # calls of process for one event: far beyond MaxDeliver 3
 SERVICE_WAIT = 2.5      # real seconds the late service gets to store the dead letter
-SETTLE = 0.5            # real seconds after the dead letter is stored: a duplicate would be stored by then
+SETTLE = 0.3            # real seconds after the dead letter is stored: a duplicate (the same advisory handled
+                        # twice at start, from a stream and a reconciliation) would be stored by then
 STUCK_CPU = 3.0
 
 

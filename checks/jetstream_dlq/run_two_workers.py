@@ -48,7 +48,8 @@ class TwoWorkersRun:
         return Counter(c.id for c in self.calls)
 
 
-def _settled(admin, cancelled):
+def _settled(admin, cancelled, finished: threading.Event):
+    """The first worker's stop condition; `finished` tells the second to stop at the same moment."""
     state = {"clean_at": None, "calls": None, "since": time.monotonic()}
 
     def clean(progress) -> bool:
@@ -65,8 +66,15 @@ def _settled(admin, cancelled):
             state["calls"], state["since"] = count, now
         return now - state["since"] >= QUIET
 
-    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(clean, Reason.DONE_IDLE)
-            | when(quiet, Reason.DONE_IDLE) | no_progress(cpu=STUCK_CPU))
+    def noted(condition):
+        def predicate(progress) -> bool:
+            if condition(progress):
+                finished.set()
+            return finished.is_set()
+        return predicate
+
+    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(noted(clean), Reason.DONE_IDLE)
+            | when(noted(quiet), Reason.DONE_IDLE) | no_progress(cpu=STUCK_CPU))
 
 
 @RUNS.observer("two_workers_run")
@@ -78,14 +86,16 @@ def observe_two_workers(learner, nats_backend, cancelled=None) -> TwoWorkersRun:
         server.create_events_stream(admin)
         setup = run_setup_script(learner, endpoint, cancelled)
         seqs = {e["id"]: admin.js_publish(lab.SUBJECT, events.payload(e))["seq"] for e in batch}
+        finished = threading.Event()    # both runs are stopped together: their stops take their time at once
         other = Beside(lambda stop: without_step_clock(learner).run(
             "worker.py", endpoint, timeout=TIMEOUT + 2, app=app,
-            stop_when=when(lambda progress: stop.is_set() or cancelled.is_set(), Reason.CANCELLED)),
+            stop_when=when(lambda progress: finished.is_set(), Reason.DONE_IDLE)
+            | when(lambda progress: stop.is_set() or cancelled.is_set(), Reason.CANCELLED)),
             "retrylab-second-worker")
         try:
             with endpoint.admin() as progress_admin:
                 first = learner.run("worker.py", endpoint, timeout=TIMEOUT, app=app,
-                                    stop_when=_settled(progress_admin, cancelled))
+                                    stop_when=_settled(progress_admin, cancelled, finished))
         finally:
             other.cancelled.set()
         return TwoWorkersRun(published=tuple(batch), seqs=seqs, setup=setup, workers=(first, other.result()),
