@@ -9,13 +9,18 @@ from types import SimpleNamespace
 import pytest
 
 from retrylab import exercise as exercises
-from retrylab.checks.jetstream_dlq import dead_letters
+from retrylab.checks.jetstream_dlq import dead_letters, run_main
 from retrylab.fixtures.jetstream_dlq import corpus
 from retrylab.grading import grade
 
 EXERCISE = "jetstream-dlq"
 ENTRIES = [e for e in corpus.entries() if e.name.startswith("dlq-")]
 ADVANCED = ("late-dlq-service", "two-workers", "terminated-recorded")
+# A listener on a plain subscription hears the corrupt event's MSG_TERMINATED advisory only if it subscribed
+# before the worker's first fetch: the main run must start dlq_service.py first (requested of run_main.py's
+# owner as SERVICE_HEAD_START). Until then whether these record it is a race, not asserted.
+PLAIN_SUBSCRIBERS = {"wrong/dlq-core-subscriber", "wrong/dlq-advisory-subject-typo", "correct/dlq-core-reconcile"}
+HEAD_START = hasattr(run_main, "SERVICE_HEAD_START")
 
 
 def _written_steps() -> set[int]:
@@ -28,13 +33,14 @@ def _explain(report) -> str:
     return "\n".join(f"{r.name} {r.status}: {r.message}" for r in report.results)
 
 
-def _check(report, expect: dict[int, str], expect_advanced: dict[str, str], what: str) -> None:
+def _check(report, expect: dict[int, str], expect_advanced: dict[str, str], what: str, unasserted=()) -> None:
     steps = _written_steps()
     assert 5 in steps
     lab = {r.number: r.status for r in report.lab_results if r.number in steps}
     assert lab == {n: v for n, v in expect.items() if n in steps}, f"{what}\n{_explain(report)}"
     advanced = {r.name.removeprefix("advanced:"): r.status for r in report.advanced_results}
-    assert advanced == expect_advanced, f"{what}\n{_explain(report)}"
+    advanced = {a: v for a, v in advanced.items() if a not in unasserted}
+    assert advanced == {a: v for a, v in expect_advanced.items() if a not in unasserted}, f"{what}\n{_explain(report)}"
     for result in report.results:
         if result.status == "fail":   # says what is wrong, then the hint
             assert result.message.strip() and "Hint:" in result.message, result.message
@@ -59,7 +65,8 @@ def test_this_areas_corpus_covers_each_mistake_and_the_variety():
 def test_corpus_entry_gets_its_expected_verdicts(entry, tmp_path):
     submission = entry.materialize(tmp_path / "submission")
     report = grade(submission, exercise_id=EXERCISE)
-    _check(report, entry.expect, entry.expect_advanced, f"{entry.id}: {entry.why}")
+    racy = () if HEAD_START or entry.id not in PLAIN_SUBSCRIBERS else ("terminated-recorded",)
+    _check(report, entry.expect, entry.expect_advanced, f"{entry.id}: {entry.why}", unasserted=racy)
 
 
 @pytest.mark.parametrize("entry, says", [

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.checks.jetstream_dlq import dead_letters, lab, server
+from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.checks.jetstream_dlq.run_main import main_batch
 from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
@@ -68,6 +69,11 @@ class _AdvisorySeen:
         return self.at is not None
 
 
+def idle_cpu(progress) -> str:
+    """DONE_IDLE's detail: the CPU seconds the script had since it last changed anything."""
+    return f"{progress.cpu_since_change():.2f}"
+
+
 def _worker_done(batch, seen: _AdvisorySeen, cancelled):
     goods = [e["id"] for e in batch if e["kind"] == "good"]
     ids = [e["id"] for e in batch]
@@ -90,8 +96,10 @@ def _worker_done(batch, seen: _AdvisorySeen, cancelled):
         counts = Counter(c.id for c in progress.calls())
         return bool(counts) and counts.most_common(1)[0][1] > RETRIES_FOREVER
 
-    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(done, Reason.DONE_IDLE)
-            | when(quiet_enough, Reason.DONE_IDLE) | when(retries_forever, Reason.CAP)
+    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(done, Reason.DONE_IDLE, idle_cpu)
+            | when(quiet_enough, Reason.DONE_IDLE, idle_cpu)
+            | when(retries_forever, Reason.CAP, lambda progress: tr("advanced_msg.late-dlq-service.retried",
+                                                                    times=RETRIES_FOREVER))
             | no_progress(cpu=STUCK_CPU))
 
 
@@ -104,9 +112,10 @@ def _service_done(reader, poison_seq: int, payload: bytes, cancelled):
             stored["at"] = time.monotonic()
         return stored["at"] is not None and time.monotonic() - stored["at"] >= SETTLE
 
-    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(dead_lettered, Reason.DONE_IDLE)
-            | when(lambda progress: stored["at"] is None and time.monotonic() - started >= SERVICE_WAIT,
-                   Reason.DONE_IDLE))
+    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED)
+            | when(dead_lettered, Reason.DONE_IDLE, idle_cpu)
+            | when(lambda progress: stored["at"] is None and time.monotonic() - started >= SERVICE_WAIT, Reason.CAP,
+                   lambda progress: tr("advanced_msg.late-dlq-service.waited", seconds=SERVICE_WAIT)))
 
 
 @RUNS.observer("late_service_run")

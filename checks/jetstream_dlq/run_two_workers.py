@@ -18,6 +18,7 @@ import pytest
 
 from retrylab.background import Beside, without_step_clock
 from retrylab.checks.jetstream_dlq import lab, server
+from retrylab.checks.jetstream_dlq.run_late_service import idle_cpu
 from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
 from retrylab.fixtures.jetstream_dlq import events
@@ -73,8 +74,8 @@ def _settled(admin, cancelled, finished: threading.Event):
             return finished.is_set()
         return predicate
 
-    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(noted(clean), Reason.DONE_IDLE)
-            | when(noted(quiet), Reason.DONE_IDLE) | no_progress(cpu=STUCK_CPU))
+    return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED) | when(noted(clean), Reason.DONE_IDLE, idle_cpu)
+            | when(noted(quiet), Reason.DONE_IDLE, idle_cpu) | no_progress(cpu=STUCK_CPU))
 
 
 @RUNS.observer("two_workers_run")
@@ -89,7 +90,7 @@ def observe_two_workers(learner, nats_backend, cancelled=None) -> TwoWorkersRun:
         finished = threading.Event()    # both runs are stopped together: their stops take their time at once
         other = Beside(lambda stop: without_step_clock(learner).run(
             "worker.py", endpoint, timeout=TIMEOUT + 2, app=app,
-            stop_when=when(lambda progress: finished.is_set(), Reason.DONE_IDLE)
+            stop_when=when(lambda progress: finished.is_set(), Reason.DONE_IDLE, idle_cpu)
             | when(lambda progress: stop.is_set() or cancelled.is_set(), Reason.CANCELLED)),
             "retrylab-second-worker")
         try:

@@ -6,7 +6,6 @@ import pytest
 
 from retrylab.checks.jetstream_dlq import dead_letters, lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
-from retrylab.checks.jetstream_dlq.run_late_service import SERVICE_WAIT
 from retrylab.fixtures.jetstream_dlq import events
 from retrylab.verdict import fail
 
@@ -29,7 +28,7 @@ def test_a_service_started_late_dead_letters_the_poison_once(late_service_run, r
     if not copies:
         what = (tr("advanced_msg.late-dlq-service.other", data=dead_letters.shown(stored[0]["data"])) if stored
                 else tr("advanced_msg.late-dlq-service.nothing"))
-        fail(tr("advanced_msg.late-dlq-service.missed", subject=lab.DLQ_SUBJECT, seconds=SERVICE_WAIT,
+        fail(tr("advanced_msg.late-dlq-service.missed", subject=lab.DLQ_SUBJECT,
                 what=what, how=observe.how_it_ran(run.service)))
     if len(copies) > 1:
         fail(tr("advanced_msg.late-dlq-service.duplicates", subject=lab.DLQ_SUBJECT, count=len(copies),
