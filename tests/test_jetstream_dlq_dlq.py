@@ -100,17 +100,22 @@ def test_covers_reads_nats_wildcards(pattern, subject, covered):
     assert dead_letters.covers(pattern, subject) is covered
 
 
-def test_listened_takes_subscriptions_and_the_subjects_of_streams_a_script_made():
+def test_listened_takes_subscriptions_and_the_subjects_of_the_streams_a_listener_reads():
     frame = lambda op, subject, data=b"": SimpleNamespace(op=op, subject=subject, data=data)  # noqa: E731
-    run = SimpleNamespace(missing=False, commands=(
+    setup = SimpleNamespace(missing=False, commands=(
+        frame("PUB", "$JS.API.STREAM.CREATE.ADV", b'{"name": "ADV", "subjects": ["$JS.EVENT.ADVISORY.>"]}'),
+        frame("PUB", "$JS.API.STREAM.CREATE.UNREAD", b'{"name": "UNREAD", "subjects": ["unread.>"]}'),
+        frame("PUB", "$JS.API.STREAM.CREATE.BAD", b"not json")))
+    service = SimpleNamespace(missing=False, commands=(
         frame("SUB", "_INBOX.abc.*"),
         frame("SUB", "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.EVENTS.worker-consumer"),
-        frame("PUB", "$JS.API.STREAM.CREATE.ADV", b'{"name": "ADV", "subjects": ["$JS.EVENT.ADVISORY.>"]}'),
-        frame("PUB", "$JS.API.STREAM.CREATE.BAD", b"not json"),
+        frame("PUB", "$JS.API.CONSUMER.DURABLE.CREATE.ADV.dlq-service", b"{}"),
         frame("PUB", "dlq.events", b"x")))
-    assert dead_letters.listened(run) == ["$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.EVENTS.worker-consumer",
-                                          "$JS.EVENT.ADVISORY.>"]
-    assert dead_letters.published_on("dlq.events", run, None) == 1
+    assert dead_letters.listened((setup,), (service,)) == [
+        "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.EVENTS.worker-consumer", "$JS.EVENT.ADVISORY.>"]
+    assert dead_letters.listened((setup,), ()) == []        # a stream nobody reads listens for nobody
+    assert dead_letters.listens_for("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.EVENTS.c", (setup,), (service,))
+    assert dead_letters.published_on("dlq.events", service, None) == 1
 
 
 def test_advisories_and_server_times():

@@ -87,26 +87,48 @@ def _commands(runs):
             yield from run.commands
 
 
-def listened(*runs) -> list[str]:
-    """The subjects the scripts listened to: their subscriptions (nats-py's inboxes left out) and the subjects of
-    the streams they created or updated (a stream that captures advisories listens for its reader)."""
-    found: list[str] = []
+_STREAM_WRITES = ("$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE.")
+_CONSUMER_READS = ("$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.DURABLE.CREATE.", "$JS.API.CONSUMER.INFO.",
+                   "$JS.API.CONSUMER.MSG.NEXT.")
+
+
+def stream_subjects(*runs) -> dict[str, list[str]]:
+    """The subjects of each stream the scripts created or updated, as they asked for them."""
+    found: dict[str, list[str]] = {}
     for frame in _commands(runs):
-        subjects: list = []
-        if frame.op == "SUB" and not frame.subject.startswith("_INBOX."):
-            subjects = [frame.subject]
-        elif frame.op in ("PUB", "HPUB") and frame.subject.startswith(("$JS.API.STREAM.CREATE.",
-                                                                       "$JS.API.STREAM.UPDATE.")):
+        if frame.op in ("PUB", "HPUB") and frame.subject.startswith(_STREAM_WRITES):
             try:
                 subjects = json.loads(frame.data).get("subjects") or []
             except (ValueError, AttributeError):
-                subjects = []
-        found += [s for s in subjects if isinstance(s, str) and s not in found]
+                continue
+            found[frame.subject.split(".")[4]] = [s for s in subjects if isinstance(s, str)]
     return found
 
 
-def listens_for(subject: str, *runs) -> bool:
-    return any(covers(s, subject) for s in listened(*runs))
+def streams_read(*runs) -> set[str]:
+    """The streams the scripts made or used a consumer on (to read them)."""
+    found = set()
+    for frame in _commands(runs):
+        if frame.op in ("PUB", "HPUB"):
+            prefix = next((p for p in _CONSUMER_READS if frame.subject.startswith(p)), None)
+            if prefix:
+                found.add(frame.subject[len(prefix):].split(".")[0])
+    return found
+
+
+def listened(made_by, listeners) -> list[str]:
+    """What the listeners listened to: their subscriptions (nats-py's inboxes left out), and the subjects of
+    the streams they read whose subjects a script of `made_by` (or a listener) set: a stream that captures
+    advisories listens for its reader."""
+    found: list[str] = [f.subject for f in _commands(listeners) if f.op == "SUB" and not f.subject.startswith("_INBOX.")]
+    subjects = stream_subjects(*made_by, *listeners)
+    for stream in sorted(streams_read(*listeners)):
+        found += subjects.get(stream, [])
+    return list(dict.fromkeys(found))
+
+
+def listens_for(subject: str, made_by, listeners) -> bool:
+    return any(covers(s, subject) for s in listened(made_by, listeners))
 
 
 def published_on(subject: str, *runs) -> int:

@@ -30,7 +30,7 @@ def test_the_terminated_event_is_recorded_under_dlq_terminated(main_run, request
                      stream=lab.DLQ_STREAM)
         elif recorded:
             why = tr("advanced_msg.terminated-recorded.other", data=dead_letters.shown(recorded[0]["data"]))
-        elif not dead_letters.listens_for(lab.TERMINATED_ADVISORY, run.setup, run.worker, run.dlq_service):
+        elif not dead_letters.listens_for(lab.TERMINATED_ADVISORY, (run.setup,), (run.worker, run.dlq_service)):
             why = tr("advanced_msg.terminated-recorded.not_listening", advisory=lab.TERMINATED_ADVISORY)
         else:
             why = tr("advanced_msg.terminated-recorded.nothing")

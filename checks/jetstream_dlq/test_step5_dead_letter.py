@@ -25,22 +25,21 @@ def _why_no_advisory(run, seq: int) -> str:
 
 
 def _why_nothing_stored(run) -> str:
-    listeners = (run.setup, run.worker, run.dlq_service)
     published = dead_letters.published_on(lab.DLQ_SUBJECT, run.worker, run.dlq_service)
     if published:
         return tr("step5.published_not_stored", count=published, subject=lab.DLQ_SUBJECT, stream=lab.DLQ_STREAM,
                   streams=", ".join(run.streams) or "-")
-    if run.dlq_service is None and not dead_letters.listened(run.worker):
+    if run.dlq_service is None and not dead_letters.listened((run.setup,), (run.worker,)):
         return tr("step5.no_listener", advisory=lab.MAX_DELIVERIES_ADVISORY)
-    if not dead_letters.listens_for(lab.MAX_DELIVERIES_ADVISORY, *listeners):
-        return _wrong_subject(listeners)
+    if not dead_letters.listens_for(lab.MAX_DELIVERIES_ADVISORY, (run.setup,), (run.worker, run.dlq_service)):
+        return _wrong_subject(run)
     service = run.dlq_service or run.worker
     return tr("step5.nothing_published", subject=lab.DLQ_SUBJECT, how=observe.how_it_ran(service))
 
 
-def _wrong_subject(listeners) -> str:
+def _wrong_subject(run) -> str:
     return tr("step5.wrong_subject", advisory=lab.MAX_DELIVERIES_ADVISORY,
-              subjects=", ".join(dead_letters.listened(*listeners)) or "-")
+              subjects=", ".join(dead_letters.listened((run.setup,), (run.worker, run.dlq_service))) or "-")
 
 
 def test_the_exhausted_poison_is_copied_to_dlq_events_once(main_run, request):
@@ -64,8 +63,7 @@ def test_the_exhausted_poison_is_copied_to_dlq_events_once(main_run, request):
         if dead_letters.looks_like_advisory(first):
             fail(tr("step5.advisory_json", subject=lab.DLQ_SUBJECT, seq=seq, data=dead_letters.shown(first)))
         if first == events.payload(corrupt):
-            fail(tr("step5.only_corrupt", subject=lab.DLQ_SUBJECT, why=_wrong_subject(
-                (run.setup, run.worker, run.dlq_service))))
+            fail(tr("step5.only_corrupt", subject=lab.DLQ_SUBJECT, why=_wrong_subject(run)))
         fail(tr("step5.other_payload", subject=lab.DLQ_SUBJECT, expected=payload.decode(),
                 data=dead_letters.shown(first)))
 
