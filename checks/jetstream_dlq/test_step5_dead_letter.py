@@ -71,7 +71,7 @@ def test_the_exhausted_poison_is_copied_to_dlq_events_once(main_run, request):
     expected_id = f"dlq-{seq}"
     if ids[0] != expected_id:
         fail(tr("step5.msg_id", header=lab.MSG_ID_HEADER, expected=expected_id, count=len(copies),
-                ids=", ".join(i or tr("step5.no_id") for i in ids)))
+                ids=", ".join(dict.fromkeys(i or tr("step5.no_id") for i in ids))))
     if len(copies) > 1:
         after_resend = run.resent_at is not None and any(
             (dead_letters.timestamp(m["time"]) or 0) >= run.resent_at for m in copies[1:])
