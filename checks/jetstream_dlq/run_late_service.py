@@ -33,6 +33,7 @@ SERVICE_WAIT = 2.5      # real seconds the late service gets to store the dead l
 SETTLE = 0.3            # real seconds after the dead letter is stored: a duplicate (the same advisory handled
                         # twice at start, from a stream and a reconciliation) would be stored by then
 STUCK_CPU = 3.0
+ASK_EVERY = 0.1         # real seconds between two reads of stream DLQ (the runner asks every 20 ms)
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,17 @@ def _worker_done(batch, seen: _AdvisorySeen, cancelled):
             | no_progress(cpu=STUCK_CPU))
 
 
-def _service_done(reader, poison_seq: int, payload: bytes, cancelled):
-    started, stored = time.monotonic(), {"at": None}
+def _service_done(reader, payload: bytes, cancelled):
+    started, stored = time.monotonic(), {"at": None, "asked_at": 0.0}
 
     def dead_lettered(progress) -> bool:
-        if stored["at"] is None and any(m["data"] == payload for m in dead_letters.under(
-                server.messages(reader, lab.DLQ_STREAM), lab.DLQ_SUBJECT)):
-            stored["at"] = time.monotonic()
-        return stored["at"] is not None and time.monotonic() - stored["at"] >= SETTLE
+        now = time.monotonic()
+        if stored["at"] is None and now - stored["asked_at"] >= ASK_EVERY:
+            stored["asked_at"] = now
+            if any(m["data"] == payload for m in dead_letters.under(server.messages(reader, lab.DLQ_STREAM),
+                                                                      lab.DLQ_SUBJECT)):
+                stored["at"] = now
+        return stored["at"] is not None and now - stored["at"] >= SETTLE
 
     return (when(lambda progress: cancelled.is_set(), Reason.CANCELLED)
             | when(dead_lettered, Reason.DONE_IDLE, idle_cpu)
@@ -135,8 +139,7 @@ def observe_late_service(learner, nats_backend, cancelled=None) -> LateServiceRu
         service = None
         if seen.at is not None and not cancelled.is_set():
             service = learner.run("dlq_service.py", endpoint, timeout=SERVICE_WAIT + SETTLE + 5,
-                                  stop_when=_service_done(admin, seqs[poison["id"]], events.payload(poison),
-                                                          cancelled),
+                                  stop_when=_service_done(admin, events.payload(poison), cancelled),
                                   app=TaskprocApp(published=batch))
         return LateServiceRun(
             published=tuple(batch), seqs=seqs, setup=setup, worker=worker,

@@ -31,6 +31,7 @@ TIMEOUT = 8.0           # real seconds: the reference needs about 1.5
 SETTLE = 0.4
 QUIET = 2.0
 STUCK_CPU = 3.0
+ASK_EVERY = 0.1         # real seconds between two ConsumerInfo requests (the runner asks every 20 ms)
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,12 @@ class TwoWorkersRun:
 
 def _settled(admin, cancelled, finished: threading.Event):
     """The first worker's stop condition; `finished` tells the second to stop at the same moment."""
-    state = {"clean_at": None, "calls": None, "since": time.monotonic()}
+    state = {"clean_at": None, "calls": None, "since": time.monotonic(), "asked_at": 0.0}
 
     def clean(progress) -> bool:
+        if time.monotonic() - state["asked_at"] < ASK_EVERY:
+            return False
+        state["asked_at"] = time.monotonic()
         info = server.consumer_info(admin)
         if info is None or info.get("num_pending") or info.get("num_ack_pending"):
             state["clean_at"] = None
