@@ -55,7 +55,7 @@ def test_this_areas_corpus_covers_each_mistake_and_the_variety():
     names = {e.name for e in ENTRIES}
     assert {"dlq-advisory-json", "dlq-no-msg-id", "dlq-uuid-msg-id", "dlq-advisory-subject-typo",
             "dlq-terminated-advisory", "dlq-not-stored", "dlq-core-subscriber",
-            "dlq-terminated-under-events"} <= names
+            "dlq-terminated-under-events", "dlq-worker-stops-pulling"} <= names
     assert {"dlq-in-worker", "dlq-core-reconcile", "dlq-core-publish-msg-id"} <= names
     for entry in ENTRIES:
         assert set(entry.expect) == set(range(1, 8)) and set(entry.expect_advanced) == set(ADVANCED), entry.id
@@ -76,6 +76,7 @@ def test_corpus_entry_gets_its_expected_verdicts(entry, tmp_path):
     ("wrong/dlq-advisory-subject-typo", "MAX_DELIVERY.EVENTS.worker-consumer"),
     ("wrong/dlq-not-stored", "no stream stored them"),
     ("wrong/dlq-terminated-under-events", "the corrupt (terminated) event is there too"),
+    ("wrong/dlq-worker-stops-pulling", "only while a pull request is waiting"),
 ])
 def test_step_5_names_the_mistake(entry, says, tmp_path):
     found = next(e for e in ENTRIES if e.id == entry)
