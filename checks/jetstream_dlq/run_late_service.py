@@ -45,13 +45,7 @@ class LateServiceRun:
     service: ScriptRun | None           # None: no dlq_service.py, or the advisory never came (not started)
     has_service: bool                   # the submission has a dlq_service.py
     advised_at: float | None            # when the harness received the poison's MAX_DELIVERIES advisory
-    dlq_before: tuple[dict, ...]        # DLQ's messages when the worker had stopped, before the service started
     dlq: tuple[dict, ...]               # DLQ's messages at the end
-    streams: tuple[str, ...]
-
-    @property
-    def poison_seq(self) -> int:
-        return self.seqs[next(e["id"] for e in self.published if e["kind"] == "poison")]
 
 
 class _AdvisorySeen:
@@ -135,7 +129,6 @@ def observe_late_service(learner, nats_backend, cancelled=None) -> LateServiceRu
         worker = learner.run("worker.py", endpoint, timeout=WORKER_TIMEOUT,
                              stop_when=_worker_done(batch, seen, cancelled), app=TaskprocApp(published=batch))
         seen()
-        dlq_before = tuple(server.messages(admin, lab.DLQ_STREAM))
         service = None
         if seen.at is not None and not cancelled.is_set():
             service = learner.run("dlq_service.py", endpoint, timeout=SERVICE_WAIT + SETTLE + 5,
@@ -145,8 +138,7 @@ def observe_late_service(learner, nats_backend, cancelled=None) -> LateServiceRu
             published=tuple(batch), seqs=seqs, setup=setup, worker=worker,
             service=None if service is None or service.missing else service,
             has_service=(learner.submission / "dlq_service.py").is_file(), advised_at=seen.at,
-            dlq_before=dlq_before, dlq=tuple(server.messages(admin, lab.DLQ_STREAM)),
-            streams=tuple(server.stream_names(admin)))
+            dlq=tuple(server.messages(admin, lab.DLQ_STREAM)))
 
 
 @pytest.fixture(scope="session")
