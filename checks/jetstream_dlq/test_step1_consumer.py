@@ -26,16 +26,16 @@ def test_consumer_has_the_labs_settings(setup_run, request):
     if config.get("deliver_subject"):
         fail(tr("step1.push", consumer=lab.CONSUMER))
     if config.get("ack_policy") != "explicit":
-        fail(tr("step1.ack_policy", policy=config.get("ack_policy", "none")))
+        fail(tr("step1.ack_policy", consumer=lab.CONSUMER, policy=config.get("ack_policy", "none")))
     if config.get("max_deliver") != lab.MAX_DELIVER:
-        fail(tr("step1.max_deliver", value=config.get("max_deliver", -1)))
+        fail(tr("step1.max_deliver", consumer=lab.CONSUMER, value=config.get("max_deliver", -1)))
     if list(config.get("backoff") or []) != lab.BACKOFF_NS:
-        fail(tr("step1.backoff", value=", ".join(_seconds(b) for b in config.get("backoff") or []) or "-"))
+        fail(tr("step1.backoff", consumer=lab.CONSUMER, value=", ".join(_seconds(b) for b in config.get("backoff") or []) or "-"))
     subjects = config.get("filter_subjects") or ([config["filter_subject"]] if config.get("filter_subject") else [])
     if subjects != [lab.SUBJECT]:
-        fail(tr("step1.filter", value=", ".join(subjects) or "-", subject=lab.SUBJECT))
+        fail(tr("step1.filter", consumer=lab.CONSUMER, value=", ".join(subjects) or "-", subject=lab.SUBJECT))
     if config.get("ack_wait") not in (lab.ACK_WAIT_NS, lab.BACKOFF_NS[0]):
-        fail(tr("step1.ack_wait", value=_seconds(config.get("ack_wait"))))
+        fail(tr("step1.ack_wait", consumer=lab.CONSUMER, value=_seconds(config.get("ack_wait"))))
     second = setup_run.second
     if second is not None and (second.result.crashed or second.result.returncode not in (0, None)):
         fail(tr("step1.second_run_failed", how=observe.how_it_ran(second)))
