@@ -449,3 +449,23 @@ def test_verify_says_the_same_facts_in_every_language(lang, endpoint, admin, tmp
             assert re.search(SCRIPTS[lang], line), line
     if lang in i18n.RTL:
         assert bidi.bidi_problems(shown) == []
+
+
+def test_every_step_has_a_verifier_whose_texts_exist_in_every_language():
+    """The driver looks a step's verifier up by number: every step has one (none crashes the driver), and each
+    text verifiers.py names, and each step's not-checked list, exists in every language."""
+    import re
+
+    from retrylab import exercise as exercises
+    from retrylab import i18n
+    from retrylab.checks.jetstream_dlq import verifiers
+    exercise = exercises.get("jetstream-dlq")
+    catalog = i18n.exercise_catalog(exercise)
+    keys = set(re.findall(r"\btr\(\s*\"([A-Za-z0-9_.\-]+)\"", Path(verifiers.__file__).read_text(encoding="utf-8")))
+    assert len(keys) > 30
+    for lang in i18n.LANGUAGES:
+        assert [k for k in sorted(keys) if not catalog.has(k, lang)] == [], lang
+        with i18n.use(lang):
+            found = verifiers.step_verifiers()
+        assert sorted(found) == [step.number for step in exercise.steps]
+        assert all(found[n].unchecked for n in found)
