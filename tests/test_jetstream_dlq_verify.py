@@ -179,7 +179,8 @@ def worked(answers=None, letters=None, dlq_config=None):
         published = publish_batch(admin)
         asyncio.run(_answer(admin.url, lambda data: answers[json.loads(data)["kind"]]))
         for msg_id, data in (letters(published) if letters else []):
-            headers = f"NATS/1.0\r\n{lab.MSG_ID_HEADER}: {msg_id}\r\n\r\n".encode() if msg_id else b""
+            value = msg_id if isinstance(msg_id, bytes) else str(msg_id).encode()
+            headers = b"NATS/1.0\r\n%s: %s\r\n\r\n" % (lab.MSG_ID_HEADER.encode(), value) if msg_id else b""
             admin.js_publish(lab.DLQ_SUBJECT, data, headers=headers)
             if dlq_config:
                 time.sleep(0.15)    # past the case's 100 ms duplicate window: the same id stored again
@@ -259,6 +260,8 @@ CASES = {
     "5-no-msg-id": (5, {}, worked(letters=lambda p: [(None, p["poison-1"][1])]), 1, "has no Nats-Msg-Id header"),
     "5-other-msg-id": (5, {}, worked(letters=lambda p: [("poison", p["poison-1"][1])]), 1,
                        "has Nats-Msg-Id \"poison\", not dlq-<stream_seq>"),
+    "5-binary-msg-id": (5, {}, worked(letters=lambda p: [(b"dlq-\xff\xfe", p["poison-1"][1])]), 1,
+                        "not dlq-<stream_seq>"),
     "5-advisory-json": (5, {}, worked(letters=advisory_letter), 1, "is the advisory's JSON"),
     "5-other-payload": (5, {}, worked(letters=lambda p: [("dlq-2", p["good-0"][1])]), 1,
                         "is not EVENTS' message at sequence 2 byte for byte"),

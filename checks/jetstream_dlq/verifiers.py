@@ -262,9 +262,10 @@ def dead_letters(live: Live) -> list:
 
 
 def msg_id(message) -> str | None:
+    """The Nats-Msg-Id header as text (nats-py gives undecodable bytes as an email Header object)."""
     for name, value in (message.headers or {}).items():
-        if name.lower() == lab.MSG_ID_HEADER.lower():
-            return value
+        if str(name).lower() == lab.MSG_ID_HEADER.lower():
+            return str(value)
     return None
 
 
