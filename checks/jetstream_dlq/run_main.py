@@ -38,6 +38,7 @@ from retrylab.fixtures.jetstream_dlq.taskproc_app import TaskprocApp
 from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, no_progress, when
 
+SERVICE_HEAD_START = 2.0    # real seconds the worker waits for dlq_service.py's first subscription or publish
 RUN_TIMEOUT = 12.0          # real seconds: the reference's worker needs about 3.5 (BackOff 0.5 + 1 + 1 s, the re-send)
 DEAD_LETTER_WAIT = 2.0      # real seconds after the advisory before the harness re-sends it anyway
 RESEND_SETTLE = 0.6         # real seconds after the re-send before the run may end (a duplicate is stored by then)
@@ -247,10 +248,26 @@ def observe_main(learner, nats_backend, cancelled=None) -> MainRun:
         watch = AdvisoryWatch(endpoint, seqs[next(e["id"] for e in batch if e["kind"] == "poison")])
         with Beside(watch, "retrylab-advisories") as watcher:
             watch.ready.wait(5)
-            service = Beside(lambda stop: without_step_clock(learner).run(
-                "dlq_service.py", endpoint, timeout=RUN_TIMEOUT + 5,
-                stop_when=when(lambda progress: stop.is_set() or cancelled.is_set(), Reason.CANCELLED)),
-                "retrylab-dlq-service")
+            listening = threading.Event()
+
+            def stopped_or_listening(stop):
+                def predicate(progress) -> bool:
+                    if not listening.is_set() and any(f.op in ("SUB", "PUB", "HPUB") for f in progress.commands()):
+                        listening.set()
+                    return stop.is_set() or cancelled.is_set()
+                return when(predicate, Reason.CANCELLED)
+
+            def run_service(stop):
+                try:
+                    return without_step_clock(learner).run("dlq_service.py", endpoint, timeout=RUN_TIMEOUT + 5,
+                                                           stop_when=stopped_or_listening(stop))
+                finally:
+                    listening.set()
+
+            service = Beside(run_service, "retrylab-dlq-service")
+            # the worker starts once the DLQ service listens (or after SERVICE_HEAD_START): a service on a plain
+            # subscription must not miss the corrupt event's MSG_TERMINATED advisory, sent at the first fetch
+            listening.wait(SERVICE_HEAD_START)
             try:
                 with endpoint.admin() as progress_admin:
                     worker = learner.run("worker.py", endpoint, timeout=RUN_TIMEOUT,

@@ -45,7 +45,7 @@ async def main():
             if kind in TARGETS:
                 await dead_letter(js, json.loads(msg.data), kind)
             await msg.ack()                     # after the dead letter: a crash in between redoes it, once
-    await nc.drain()
+    await nc.close()    # not drain(): with a pull subscription it waits out nats-py's drain timeout (30 s)
 
 
 if __name__ == "__main__":

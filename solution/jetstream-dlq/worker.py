@@ -44,7 +44,7 @@ async def main():
             continue
         for msg in messages:
             await handle(msg)
-    await nc.drain()
+    await nc.close()    # not drain(): with a pull subscription it waits out nats-py's drain timeout (30 s)
 
 
 if __name__ == "__main__":
