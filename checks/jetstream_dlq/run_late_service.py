@@ -18,7 +18,7 @@ import pytest
 
 from retrylab.checks.jetstream_dlq import dead_letters, lab, server
 from retrylab.checks.jetstream_dlq.catalog import tr
-from retrylab.checks.jetstream_dlq.run_main import main_batch
+from retrylab.checks.jetstream_dlq.run_main import CALLS_FOREVER, main_batch
 from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
 from retrylab.fixtures.jetstream_dlq import events
@@ -28,7 +28,7 @@ from retrylab.settle import Reason, no_progress, when
 
 WORKER_TIMEOUT = 10.0   # real seconds: the advisory comes about 2.7 s after the publishes (BackOff 0.5 s + 1 s)
 QUIET = 2.5             # every event processed and nothing new for this long: the advisory is not coming
-RETRIES_FOREVER = 8     # calls of process for one event: far beyond MaxDeliver 3
+RETRIES_FOREVER = CALLS_FOREVER     # calls of process for one event: as the main run (a worker may retry in its own loop)
 SERVICE_WAIT = 2.5      # real seconds the late service gets to store the dead letter
 SETTLE = 0.3            # real seconds after the dead letter is stored: a duplicate (the same advisory handled
                         # twice at start, from a stream and a reconciliation) would be stored by then
