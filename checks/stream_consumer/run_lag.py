@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from retrylab.background import Beside, without_step_clock
 from retrylab.appchannel import RunClock
+from retrylab.background import Beside, without_step_clock
+from retrylab.checks.stream_consumer import streams
 from retrylab.checks.stream_consumer.runs import RUNS
-from retrylab.checks.stream_consumer import lab, streams
 from retrylab.checks.stream_consumer.lag_compare import HarnessSample, RunWindow
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, STUCK_CPU, held_for
 from retrylab.fixtures.stream_consumer import orders
