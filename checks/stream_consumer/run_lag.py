@@ -41,12 +41,12 @@ from retrylab.settle import Reason, blocked, no_progress, when
 BURST_SIZE = (55, 75)       # orders, drawn at random for each grading: a peak of ~30-50, 0.5-0.9 s to drain
 BURST_SECONDS = 0.4         # the burst is added over this long, in BURST_CHUNKS even pieces
 BURST_CHUNKS = 16
-BURST_DELAY = (0.3, 0.8)    # seconds after lag.py's first broker command, drawn at random
+BURST_DELAY = (0.2, 0.5)    # seconds after lag.py's first broker command, drawn at random
 LAG_READY_WAIT = 1.5        # seconds after lag.py's start: the burst starts then if lag.py sent nothing
-EFFECT_PAUSE = 0.015        # seconds each effect takes: the reference then drains ~50 orders a second
+EFFECT_PAUSE = 0.012        # seconds each effect takes: the reference then drains ~60 orders a second
 SAMPLE_EVERY = 0.05         # seconds between two harness samples of the lag
 MAX_SAMPLES = 1000          # bound of the sample list (50 s of samples: more than any run)
-AFTER_DRAINED = 1.0         # seconds the run goes on once the burst is drained: lag.py's lines back at 0
+AFTER_DRAINED = 0.8         # seconds the run goes on once the burst is drained: lag.py's lines back at 0 (period 0.5 s)
 LAG_RUN_TIMEOUT = RUN_TIMEOUT + 3.0   # lag.py's own bound; it is normally stopped with the consumer
 
 
