@@ -267,7 +267,7 @@ class LearnerRunner:
 
 # Seconds between two looks at a running script (its broker's state, its calls, its stop condition). On
 # real time a run's waits are hundreds of milliseconds and several runs go on at once, each look costing
-# its broker a few requests: looking less often there keeps the server (fakeredis: Python) free to serve.
+# its broker a few requests: looking less often there leaves an embedded server free to serve the learner.
 POLL = 0.02
 REAL_TIME_POLL = 0.05
 
