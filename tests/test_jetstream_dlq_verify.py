@@ -83,6 +83,20 @@ def full_dump(admin) -> dict:
     return dump
 
 
+def settled_dump(admin, wait: float = 3.0) -> dict:
+    """`full_dump` once two in a row agree: a plain publish (an advisory the state set up, captured by a
+    stream) is stored a moment after it is sent, and must not pass for verify writing."""
+    import time
+    previous, deadline = full_dump(admin), time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        current = full_dump(admin)
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
 def submission(tmp_path: Path, changes: dict[str, str | None] | None = None) -> Path:
     folder = tmp_path / "jetstream-lab"
     shutil.copytree(REFERENCE, folder, ignore=shutil.ignore_patterns("__pycache__", "__init__.py", "README*"))
@@ -286,7 +300,7 @@ def test_verify_decides_the_step_read_only(case, endpoint, admin, tmp_path, caps
     step, changes, state, expected, phrase = CASES[case]
     folder = submission(tmp_path, changes)
     state(admin)
-    files, before = snapshot(folder), full_dump(admin)
+    files, before = snapshot(folder), settled_dump(admin)
 
     status, out, err = verify(capsys, "--step", str(step), "--nats-url", reader_url(endpoint), str(folder))
 
@@ -356,7 +370,7 @@ def test_the_references_own_live_run_is_done_at_every_step(endpoint, admin, tmp_
             process.wait(timeout=10)
     (folder / "taskproc.py").unlink()
     poison_seq = published["poison-1"][0]
-    before = full_dump(admin)
+    before = settled_dump(admin)
     for step in range(1, 8):
         status, out, err = verify(capsys, "--step", str(step), "--nats-url", reader_url(endpoint), str(folder))
         assert (status, err) == (0, ""), out
