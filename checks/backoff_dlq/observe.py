@@ -12,30 +12,13 @@ from retrylab.checks.backoff_dlq.stored_values import attempts_of, decode_json, 
 from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.checks.backoff_dlq import lab
 from retrylab.fixtures.backoff_dlq import message_factory
-from retrylab.plugin import attach_output
 from retrylab.runner import ScriptRun
-from retrylab.verdict import fail, indent
+from retrylab.verdict import fail
 
 ARTIFACT_LIMIT = 16 << 20
 # Commands that write a value into Redis: where a requeued message can be seen on its way back.
 _WRITES = {"LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LSET", "LINSERT", "ZADD", "SET", "SETEX", "PSETEX",
            "SETNX", "MSET", "HSET", "HSETNX", "HMSET", "SADD", "XADD", "EVAL", "EVALSHA", "FCALL"}
-
-
-def attach(node, run: ScriptRun) -> None:
-    if run.result is not None:
-        attach_output(node, (run.result.stdout + run.result.stderr).strip())
-
-
-def how_it_ran(run: ScriptRun) -> str:
-    """One or more lines about how the script ended, with the end of its stderr if it crashed."""
-    result = run.result
-    if run.call_limit is not None:  # stopped by the harness for a flood of calls, not "settled"
-        return describe_call_limit(result.script, run.call_limit)
-    text = result.describe()  # in the current language, as the engine tells how any script ended
-    if (result.crashed or result.stopped == "timeout") and result.stderr_tail():
-        text += ":\n" + indent(result.stderr_tail())
-    return text
 
 
 def require_script(run: ScriptRun, script: str) -> None:

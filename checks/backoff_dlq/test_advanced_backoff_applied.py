@@ -5,6 +5,7 @@ only one that waits (see advanced.py for how waiting is told from processing and
 """
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.backoff_dlq import advanced, observe
 from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -14,11 +15,11 @@ pytestmark = pytest.mark.advanced("backoff-applied")
 
 def test_waits_between_attempts_follow_capped_exponential_backoff(worker_run, request):
     run = worker_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "worker.py")
     attempts = len(worker_run.calls_for(worker_run.bad))
     if attempts < 2:
-        fail(tr("advanced_msg.backoff-applied.too_few_calls", attempts=attempts, how=observe.how_it_ran(run)))
+        fail(tr("advanced_msg.backoff-applied.too_few_calls", attempts=attempts, how=runreport.how_it_ran(run)))
     waits = advanced.retry_waits(run.calls, worker_run.bad["id"])
     problem = advanced.backoff_problem(waits)
     if problem:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from retrylab.checks.backoff_dlq import observe
+from retrylab import runreport
 from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.checks.backoff_dlq.lab import DLQ
 from retrylab.checks.backoff_dlq.runs import AlertRun
@@ -45,7 +45,7 @@ def _problem(alert: AlertRun) -> str:
 
 def test_alert_reports_dlq_depth_with_its_exit_status(advanced_run, request):
     for alert in advanced_run.alerts:
-        observe.attach(request.node, alert.run)
+        runreport.attach_runs(request.node, alert.run)
     if not advanced_run.alerts or advanced_run.alerts[0].run.missing:
         fail(tr("advanced_msg.dlq-alert.missing"))
     problems = [p for p in map(_problem, advanced_run.alerts) if p]

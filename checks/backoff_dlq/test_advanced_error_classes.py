@@ -5,6 +5,7 @@ reference to something that does not exist. The run holds one message of each ki
 """
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.backoff_dlq import advanced, observe
 from retrylab.checks.backoff_dlq.stored_values import decode_json, message_id, shorten
 from retrylab.checks.backoff_dlq.catalog import tr
@@ -80,10 +81,10 @@ def _problems(advanced_run) -> list[str]:
 
 def test_transient_errors_are_retried_and_permanent_ones_dead_lettered_at_once(advanced_run, request):
     run = advanced_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "worker.py")
     if not run.calls:
-        fail(tr("step1.never_called", how=observe.how_it_ran(run)))
+        fail(tr("step1.never_called", how=runreport.how_it_ran(run)))
     problems = _problems(advanced_run)
     if problems:
         fail("\n".join([tr("advanced_msg.error-classes.intro"), *(f"- {p}" for p in problems)]))

@@ -5,6 +5,7 @@ first classic mistake). The run starts with one entry already in the DLQ, and th
 """
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.backoff_dlq import advanced, observe
 from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.checks.backoff_dlq.lab import DLQ
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.advanced("no-auto-replay")
 
 def test_dlq_entries_stay_until_replay_runs(advanced_run, request):
     run = advanced_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "worker.py")
     left = set(advanced_run.dlq.values) if advanced_run.dlq is not None and advanced_run.dlq.type == "list" else set()
     old = advanced_run.preseeded

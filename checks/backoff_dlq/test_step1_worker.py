@@ -1,6 +1,7 @@
 """Step 1: worker.py consumes q:tasks and passes each decoded message to process(msg)."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.backoff_dlq import observe
 from retrylab.checks.backoff_dlq.stored_values import shorten
 from retrylab.checks.backoff_dlq.catalog import tr
@@ -11,11 +12,11 @@ pytestmark = pytest.mark.step(1)
 
 def test_every_message_reaches_process_once(worker_run, request):
     run = worker_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "worker.py")
     observe.require_honest_calls(run, worker_run.seeded)
     if not run.calls:
-        fail(tr("step1.never_called", how=observe.how_it_ran(run)))
+        fail(tr("step1.never_called", how=runreport.how_it_ran(run)))
 
     seeded = {m["id"]: m for m in worker_run.seeded}
     for call in run.calls:
@@ -30,7 +31,7 @@ def test_every_message_reaches_process_once(worker_run, request):
     missing = [m for m in goods if counts[m["id"]] == 0]
     if missing:
         fail(tr("step1.goods_missing", missing=len(missing), total=len(goods), id=missing[0]["id"],
-                how=observe.how_it_ran(run)))
+                how=runreport.how_it_ran(run)))
     twice = [m for m in goods if counts[m["id"]] > 1]
     if twice:
         fail(tr("step1.good_twice", id=twice[0]["id"], count=counts[twice[0]["id"]]))

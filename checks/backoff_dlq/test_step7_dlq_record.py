@@ -1,6 +1,7 @@
 """Step 7: the DLQ entry is JSON with payload, error, attempts (5) and first_seen_at."""
 import pytest
 
+from retrylab import runreport
 from retrylab.appchannel import RUN_CLOCK_LEAD
 from retrylab.checks.backoff_dlq import observe
 from retrylab.checks.backoff_dlq.stored_values import decode_json, parse_timestamp, same_original, shorten
@@ -18,13 +19,13 @@ OTHER_CLOCK = RUN_CLOCK_LEAD / 2
 
 def test_dlq_entry_records_payload_error_attempts_first_seen(worker_run, request):
     run = worker_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "worker.py")
     observe.require_honest_calls(run, worker_run.seeded)
     bad = worker_run.bad
     raw = next((e for e in observe.dlq_entries(worker_run.dlq) if bad["id"].encode() in e), None)
     if raw is None:
-        fail(tr("step7.no_entry", dlq=DLQ, how=observe.how_it_ran(run)))
+        fail(tr("step7.no_entry", dlq=DLQ, how=runreport.how_it_ran(run)))
     calls = worker_run.calls_for(bad)
     if not calls:
         fail(tr("step7.no_real_failure"))

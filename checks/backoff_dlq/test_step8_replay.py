@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.backoff_dlq import lab, observe
 from retrylab.checks.backoff_dlq.settling import ONE_SHOT, worker_settled
 from retrylab.checks.backoff_dlq.stored_values import decode_json, same_original, shorten
@@ -42,7 +43,7 @@ def _worker_unusable(worker_run) -> str:
         return tr("step8.worker_missing")
     queued = {m["id"] for m in worker_run.seeded}
     if not any(call.outcome == "ok" and call.id in queued for call in run.calls):
-        return tr("step8.worker_unusable", how=observe.how_it_ran(run))
+        return tr("step8.worker_unusable", how=runreport.how_it_ran(run))
     problem = observe.dishonest_calls(run, worker_run.seeded)   # steps 1, 6 and 7 fail for this already
     if problem:
         return tr("step8.worker_dishonest", problem=problem)
@@ -65,7 +66,7 @@ def _check_with_the_learners_worker(worker_run, learner, redis_backend, replayed
     if any(not observe.call_fields_problem(call.arg, bad) for call in run.calls):
         return
     if not run.calls:
-        fail(prefix + tr("step8.worker_no_call", queue=lab.QUEUE, how=observe.how_it_ran(run)))
+        fail(prefix + tr("step8.worker_no_call", queue=lab.QUEUE, how=runreport.how_it_ran(run)))
     first = run.calls[0]
     fail(prefix + tr("step8.worker_wrong_message", queue=lab.QUEUE,
                      problem=observe.call_fields_problem(first.arg, bad)))
@@ -83,7 +84,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
         queue = client.lrange(lab.QUEUE, 0, 10) if client.type(lab.QUEUE) == b"list" else None
         queue_type = client.type(lab.QUEUE).decode()
         dlq_left = client.llen(lab.DLQ) if client.type(lab.DLQ) == b"list" else client.exists(lab.DLQ)
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     if note:
         attach_output(request.node, note)
     observe.require_script(run, "replay.py")
@@ -91,7 +92,7 @@ def test_replay_moves_the_entry_back_once_and_exits(worker_run, learner, redis_b
     if result.stopped:
         fail(prefix + tr("step8.still_running", how=result.describe()))
     if result.returncode != 0:
-        fail(f"{prefix}{observe.how_it_ran(run)}")
+        fail(f"{prefix}{runreport.how_it_ran(run)}")
     if dlq_left:
         fail(prefix + tr("step8.dlq_left", dlq=lab.DLQ, count=dlq_left))
     if queue_type not in ("list", "none"):

@@ -2,6 +2,7 @@
 payload byte for byte, with a Nats-Msg-Id of its own), never under dlq.events (read from the main run)."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import dead_letters, lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.fixtures.jetstream_dlq import events
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.advanced("terminated-recorded")
 
 def test_the_terminated_event_is_recorded_under_dlq_terminated(main_run, request):
     run = main_run
-    observe.attach(request.node, run.worker, run.dlq_service)
+    runreport.attach_runs(request.node, run.worker, run.dlq_service)
     observe.require_script(run.worker, "worker.py")
     corrupt = run.event("corrupt")
     seq, payload = run.seqs[corrupt["id"]], events.payload(corrupt)

@@ -2,6 +2,7 @@
 (run_two_workers.py: the two runs share one TaskprocApp; their call logs are merged here)."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import deliveries, lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -21,12 +22,12 @@ def _acked_seqs(run) -> set[int]:
 
 def test_two_workers_process_each_good_event_once(two_workers_run, request):
     run = two_workers_run
-    observe.attach(request.node, *run.workers)
+    runreport.attach_runs(request.node, *run.workers)
     observe.require_script(run.workers[0], "worker.py")
     for worker in run.workers:
         observe.require_honest_calls(worker)
         if worker.result.crashed:
-            fail(tr("advanced_msg.two-workers.crashed", how=observe.how_it_ran(worker)))
+            fail(tr("advanced_msg.two-workers.crashed", how=runreport.how_it_ran(worker)))
     counts = run.call_counts()
     twice = [(e["id"], counts[e["id"]]) for e in run.published if counts[e["id"]] > 1]
     if twice:
@@ -35,7 +36,7 @@ def test_two_workers_process_each_good_event_once(two_workers_run, request):
     missed = [e["id"] for e in run.published if not counts[e["id"]]]
     if missed:
         fail(tr("advanced_msg.two-workers.missed", count=len(missed), total=len(run.published),
-                how="\n".join(observe.how_it_ran(w) for w in run.workers)))
+                how="\n".join(runreport.how_it_ran(w) for w in run.workers)))
     acked = _acked_seqs(run)
     unacked = [e["id"] for e in run.published if run.seqs[e["id"]] not in acked]
     if unacked:

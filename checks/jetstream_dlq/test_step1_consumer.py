@@ -2,6 +2,7 @@
 running it again is harmless."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -14,12 +15,12 @@ def _seconds(ns) -> str:
 
 
 def test_consumer_has_the_labs_settings(setup_run, request):
-    observe.attach(request.node, setup_run.first, setup_run.second)
+    runreport.attach_runs(request.node, setup_run.first, setup_run.second)
     observe.require_script(setup_run.first, "setup.py")
     info = setup_run.consumer
     if info is None:
         fail(tr("step1.no_consumer", consumer=lab.CONSUMER, stream=lab.STREAM,
-                found=", ".join(setup_run.consumers) or "-", how=observe.how_it_ran(setup_run.first)))
+                found=", ".join(setup_run.consumers) or "-", how=runreport.how_it_ran(setup_run.first)))
     config = info.get("config") or {}
     if not config.get("durable_name"):
         fail(tr("step1.not_durable", consumer=lab.CONSUMER))
@@ -38,7 +39,7 @@ def test_consumer_has_the_labs_settings(setup_run, request):
         fail(tr("step1.ack_wait", consumer=lab.CONSUMER, value=_seconds(config.get("ack_wait"))))
     second = setup_run.second
     if second is not None and (second.result.crashed or second.result.returncode not in (0, None)):
-        fail(tr("step1.second_run_failed", how=observe.how_it_ran(second)))
+        fail(tr("step1.second_run_failed", how=runreport.how_it_ran(second)))
     again = setup_run.consumer_again
     if again is None or (again.get("config") or {}) != config:
         fail(tr("step1.second_run_changed", consumer=lab.CONSUMER))

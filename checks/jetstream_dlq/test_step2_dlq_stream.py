@@ -1,6 +1,7 @@
 """Step 2: setup.py makes stream DLQ, which stores subject dlq.events."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -20,12 +21,12 @@ def _covers(pattern: str, subject: str) -> bool:
 
 
 def test_dlq_stream_stores_dlq_events(setup_run, request):
-    observe.attach(request.node, setup_run.first)
+    runreport.attach_runs(request.node, setup_run.first)
     observe.require_script(setup_run.first, "setup.py")
     info = setup_run.dlq
     if info is None:
         fail(tr("step2.no_stream", stream=lab.DLQ_STREAM, found=", ".join(setup_run.streams) or "-",
-                how=observe.how_it_ran(setup_run.first)))
+                how=runreport.how_it_ran(setup_run.first)))
     subjects = (info.get("config") or {}).get("subjects") or []
     if not any(_covers(s, lab.DLQ_SUBJECT) for s in subjects if isinstance(s, str)):
         fail(tr("step2.subject", stream=lab.DLQ_STREAM, subjects=", ".join(map(str, subjects)) or "-",

@@ -5,6 +5,7 @@ record), not from the consumer's ack floor: the poison, never acked, keeps the f
 """
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import deliveries, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.step(3)
 
 
 def test_each_good_event_processed_once_and_acked(main_run, request):
-    observe.attach(request.node, main_run.worker)
+    runreport.attach_runs(request.node, main_run.worker)
     found = observe.worker_deliveries(main_run)
     observe.require_explicit_acks(main_run)
     answered = main_run.answered()
@@ -23,9 +24,9 @@ def test_each_good_event_processed_once_and_acked(main_run, request):
         calls = [c for c in main_run.calls_for(good) if c.outcome == "ok"]
         own = deliveries.of_seq(found, seq)
         if not own:
-            fail(tr("step3.not_delivered", number=number, seq=seq, how=observe.how_it_ran(main_run.worker)))
+            fail(tr("step3.not_delivered", number=number, seq=seq, how=runreport.how_it_ran(main_run.worker)))
         if not calls:
-            fail(tr("step3.not_processed", number=number, seq=seq, how=observe.how_it_ran(main_run.worker)))
+            fail(tr("step3.not_processed", number=number, seq=seq, how=runreport.how_it_ran(main_run.worker)))
         given = deliveries.answers_to(answered, own)
         answers = ", ".join(a.kind for a in given) or "-"
         if len(calls) > 1:

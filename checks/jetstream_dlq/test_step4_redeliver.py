@@ -3,6 +3,7 @@ relay), never acked nor terminated, and each redelivery comes at least MIN_REDEL
 (real time on the relay: BackOff's waits, or nak(delay=...); a plain nak() redelivers at once)."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import deliveries, lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -11,13 +12,13 @@ pytestmark = pytest.mark.step(4)
 
 
 def test_poison_delivered_three_times_paced(main_run, request):
-    observe.attach(request.node, main_run.worker)
+    runreport.attach_runs(request.node, main_run.worker)
     found = observe.worker_deliveries(main_run)
     observe.require_explicit_acks(main_run)
     seq = main_run.seqs[main_run.event("poison")["id"]]
     own = deliveries.of_seq(found, seq)
     if not own:
-        fail(tr("step4.not_delivered", seq=seq, how=observe.how_it_ran(main_run.worker)))
+        fail(tr("step4.not_delivered", seq=seq, how=runreport.how_it_ran(main_run.worker)))
     answers = deliveries.answers_to(main_run.answered(), own)
     kinds = [a.kind for a in answers]
     if deliveries.ACK in kinds:
@@ -34,4 +35,4 @@ def test_poison_delivered_three_times_paced(main_run, request):
         fail(tr("step4.beyond_max", seq=seq, count=max(counts), most=lab.MAX_DELIVER))
     if counts != list(range(1, lab.MAX_DELIVER + 1)):
         fail(tr("step4.not_three", seq=seq, count=len(own), counts=", ".join(map(str, counts)),
-                answers=", ".join(kinds) or "-", how=observe.how_it_ran(main_run.worker)))
+                answers=", ".join(kinds) or "-", how=runreport.how_it_ran(main_run.worker)))

@@ -3,6 +3,7 @@ original payload byte for byte, with Nats-Msg-Id dlq-<stream_seq>, stored after 
 re-send of the same advisory (run_main.AdvisoryWatch) stores no second copy."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import dead_letters, deliveries, lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.fixtures.jetstream_dlq import events
@@ -34,7 +35,7 @@ def _why_nothing_stored(run) -> str:
     if not dead_letters.listens_for(lab.MAX_DELIVERIES_ADVISORY, (run.setup,), (run.worker, run.dlq_service)):
         return _wrong_subject(run)
     service = run.dlq_service or run.worker
-    return tr("step5.nothing_published", subject=lab.DLQ_SUBJECT, how=observe.how_it_ran(service))
+    return tr("step5.nothing_published", subject=lab.DLQ_SUBJECT, how=runreport.how_it_ran(service))
 
 
 def _wrong_subject(run) -> str:
@@ -44,14 +45,14 @@ def _wrong_subject(run) -> str:
 
 def test_the_exhausted_poison_is_copied_to_dlq_events_once(main_run, request):
     run = main_run
-    observe.attach(request.node, run.worker, run.dlq_service)
+    runreport.attach_runs(request.node, run.worker, run.dlq_service)
     observe.require_script(run.worker, "worker.py")
     poison, corrupt = run.event("poison"), run.event("corrupt")
     seq, payload = run.seqs[poison["id"]], events.payload(poison)
     advisory = dead_letters.about(run.advisories, lab.MAX_DELIVERIES_ADVISORY, seq)
     if advisory is None:
         fail(tr("step5.no_advisory", advisory=lab.MAX_DELIVERIES_ADVISORY, seq=seq,
-                why=_why_no_advisory(run, seq), how=observe.how_it_ran(run.worker)))
+                why=_why_no_advisory(run, seq), how=runreport.how_it_ran(run.worker)))
 
     stored = dead_letters.under(run.dlq, lab.DLQ_SUBJECT)
     if not stored:

@@ -2,6 +2,7 @@
 and no MAX_DELIVERIES advisory names it (MainRun.advisories: every advisory the server published)."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.jetstream_dlq import deliveries, lab, observe
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.verdict import fail
@@ -10,7 +11,7 @@ pytestmark = pytest.mark.step(6)
 
 
 def test_corrupt_event_terminated_once(main_run, request):
-    observe.attach(request.node, main_run.worker)
+    runreport.attach_runs(request.node, main_run.worker)
     found = observe.worker_deliveries(main_run)
     if main_run.ack_policy() == "none":     # every answer is ignored: no redelivery proves nothing
         fail(tr("deliveries.ack_none", consumer=lab.CONSUMER))
@@ -18,7 +19,7 @@ def test_corrupt_event_terminated_once(main_run, request):
     seq = main_run.seqs[corrupt["id"]]
     own = deliveries.of_seq(found, seq)
     if not own:
-        fail(tr("step6.not_delivered", seq=seq, how=observe.how_it_ran(main_run.worker)))
+        fail(tr("step6.not_delivered", seq=seq, how=runreport.how_it_ran(main_run.worker)))
     kinds = [a.kind for a in deliveries.answers_to(main_run.answered(), own)]
     if not any(c.outcome == "error" for c in main_run.calls_for(corrupt)):
         fail(tr("step6.not_processed", seq=seq))

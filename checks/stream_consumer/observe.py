@@ -7,26 +7,8 @@ from typing import Iterable
 from retrylab.appchannel import describe_call_limit, describe_malformed
 from retrylab.calllog import MALFORMED
 from retrylab.checks.stream_consumer.catalog import tr
-from retrylab.plugin import attach_output
 from retrylab.runner import ScriptRun
-from retrylab.verdict import fail, indent
-
-
-def attach(node, *runs: ScriptRun) -> None:
-    text = "\n".join((r.result.stdout + r.result.stderr).strip() for r in runs if r.result is not None)
-    if text.strip():
-        attach_output(node, text.strip())
-
-
-def how_it_ran(run: ScriptRun) -> str:
-    """One or more lines about how the script ended, with the end of its stderr if it crashed."""
-    result = run.result
-    if run.call_limit is not None:
-        return describe_call_limit(result.script, run.call_limit)
-    text = result.describe()
-    if (result.crashed or result.stopped == "timeout") and result.stderr_tail():
-        text += ":\n" + indent(result.stderr_tail())
-    return text
+from retrylab.verdict import fail
 
 
 def require_script(run: ScriptRun, script: str) -> None:

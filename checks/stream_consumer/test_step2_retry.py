@@ -9,6 +9,7 @@ wait), or when the second observed gap is longer than the first by MIN_RETRY_GAP
 """
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.stream_consumer import lab, observe, redelivery
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.verdict import fail
@@ -24,7 +25,7 @@ def _why_not_applied(retry, calls) -> None:
     """Fail with what became of a flaky order that was never applied."""
     run, flaky = retry.run, retry.flaky
     order_id, entry_id = flaky["order_id"], retry.entry_id(flaky)
-    how = observe.how_it_ran(run)
+    how = runreport.how_it_ran(run)
     if not calls:
         fail(tr("step2.never_called", id=order_id, how=how))
     acks = redelivery.acks(run.commands, entry_id)
@@ -42,7 +43,7 @@ def _why_not_applied(retry, calls) -> None:
 
 def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, request):
     run = retry_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "consumer.py")
     observe.require_honest_calls(run, retry_run.seeded)
     flaky = retry_run.flaky
@@ -56,7 +57,7 @@ def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, 
     again = redelivery.redeliveries(calls, run.commands, entry_id)
     if len(again) < lab.FLAKY_FAILURES:   # calls from processes side by side, recorded out of order
         fail(tr("step2.never_redelivered", id=order_id, failures=len(calls) - 1, stream=lab.STREAM,
-                how=observe.how_it_ran(run)))
+                how=runreport.how_it_ran(run)))
     for number, redelivered in enumerate(again, start=2):
         if redelivered.gap < lab.MIN_RETRY_GAP:
             fail(tr("step2.immediate", id=order_id, n=number, gap_ms=_ms(redelivered.gap),

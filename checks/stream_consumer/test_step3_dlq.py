@@ -10,6 +10,7 @@ only a consumer that retries the poison in line (sleeping or reclaiming it while
 """
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.stream_consumer import lab, observe, redelivery, streams
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.verdict import fail
@@ -34,7 +35,7 @@ def _require_dead_letter(retry, calls, entry_id: str) -> streams.Entry:
     if retry.dlq_type not in ("none", "stream"):
         fail(tr("step3.dlq_not_stream", dlq=lab.DLQ, type=retry.dlq_type))
     if not calls:
-        fail(tr("step3.never_called", id=order_id, how=observe.how_it_ran(run)))
+        fail(tr("step3.never_called", id=order_id, how=runreport.how_it_ran(run)))
     letters = _dead_letters(retry, order_id, entry_id)
     if not letters:
         if len(calls) > lab.MAX_DELIVERIES:
@@ -45,7 +46,7 @@ def _require_dead_letter(retry, calls, entry_id: str) -> streams.Entry:
         if pending is None:
             fail(tr("step3.dropped", id=order_id, calls=len(calls), dlq=lab.DLQ))
         fail(tr("step3.stuck", id=order_id, calls=len(calls), dlq=lab.DLQ, max=lab.MAX_DELIVERIES,
-                how=observe.how_it_ran(run)))
+                how=runreport.how_it_ran(run)))
     if retry.pending_entry(poison) is not None:   # not XACKed: a 4th delivery would be its consequence
         fail(tr("step3.still_pending", id=order_id, dlq=lab.DLQ, group=lab.GROUP, stream=lab.STREAM))
     if len(calls) != lab.MAX_DELIVERIES:
@@ -84,7 +85,7 @@ def _require_flow(retry, last_poison_call) -> None:
     for order in retry.seeded:
         if order["kind"] == "ok" and effects[order["order_id"]] != 1:
             fail(tr("step3.ok_not_once", id=order["order_id"], count=effects[order["order_id"]],
-                    how=observe.how_it_ran(run)))
+                    how=runreport.how_it_ran(run)))
     for order in retry.late:
         applied = next(c for c in run.calls if c.id == order["order_id"] and c.outcome == "ok")
         if applied.t > last_poison_call.t:
@@ -94,7 +95,7 @@ def _require_flow(retry, last_poison_call) -> None:
 
 def test_poison_dead_lettered_after_3_deliveries_while_the_rest_flows(retry_run, request):
     run = retry_run.run
-    observe.attach(request.node, run)
+    runreport.attach_runs(request.node, run)
     observe.require_script(run, "consumer.py")
     observe.require_honest_calls(run, retry_run.seeded)
     poison = retry_run.poison

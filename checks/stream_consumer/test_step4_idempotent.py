@@ -2,6 +2,7 @@
 after the restart, is not applied again, and is XACKed; no other order is lost or applied twice."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.stream_consumer import lab, observe, streams
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.checks.stream_consumer.run_crash import CrashRun, acks, reads_noack, sent_after_the_end, takes_back
@@ -14,11 +15,11 @@ pytestmark = pytest.mark.step(4)
 def _first_run_ended_at_target(crash: CrashRun) -> None:
     first = crash.first
     if observe.effects(first)[crash.target_id] == 0:
-        fail(tr("step4.target_not_applied", id=crash.target_id, how=observe.how_it_ran(first)))
+        fail(tr("step4.target_not_applied", id=crash.target_id, how=runreport.how_it_ran(first)))
     if not crash.ended_at_target():
         if first.result.stopped is not None:
             fail(tr("step4.went_on", id=crash.target_id, status=ENDED_STATUS))
-        fail(tr("step4.did_not_end", id=crash.target_id, status=ENDED_STATUS, how=observe.how_it_ran(first)))
+        fail(tr("step4.did_not_end", id=crash.target_id, status=ENDED_STATUS, how=runreport.how_it_ran(first)))
 
 
 def _nothing_after_the_end(crash: CrashRun) -> None:
@@ -42,7 +43,7 @@ def _target_left_pending(crash: CrashRun) -> streams.Pending:
 
 def test_a_redelivery_after_a_crash_does_not_apply_twice(crash_run: CrashRun, request):
     crash = crash_run
-    observe.attach(request.node, *crash.runs)
+    runreport.attach_runs(request.node, *crash.runs)
     observe.require_script(crash.first, "consumer.py")
     for run in crash.runs:
         observe.require_honest_calls(run, crash.seeded)
@@ -52,7 +53,7 @@ def test_a_redelivery_after_a_crash_does_not_apply_twice(crash_run: CrashRun, re
 
     second, target, entry = crash.second, crash.target_id, streams.text(crash.target_entry)
     effects = crash.effects()
-    how = observe.how_it_ran(second)
+    how = runreport.how_it_ran(second)
     if effects[target] > 1:
         fail(tr("step4.applied_twice", id=target, count=effects[target]))
     still = crash.target_pending(crash.at_end)

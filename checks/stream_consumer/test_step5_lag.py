@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.stream_consumer import lab, lag_compare, lag_series, observe
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.verdict import fail, indent
@@ -46,7 +47,7 @@ def _how_lag_ran(run) -> str:
     result = run.result
     if result.stopped == "settled":   # the harness stopped it with the consumer's run: how it should end
         return tr("step5.lag_stopped")
-    return observe.how_it_ran(run)
+    return runreport.how_it_ran(run)
 
 
 def _clock(at: float) -> str:
@@ -74,7 +75,7 @@ def _require_drained(lag_run) -> None:
         state = lag_run.end_state
         fail(tr("step5.not_drained", count=len(lag_run.burst), group=lab.GROUP,
                 pending=state.pending if state else 0, undelivered=state.undelivered if state else 0,
-                how=observe.how_it_ran(consumer)))
+                how=runreport.how_it_ran(consumer)))
 
 
 def _require_readable(series, run) -> None:
@@ -130,7 +131,7 @@ def _rows(compared, window) -> str:
 
 def test_lag_series_follows_the_groups_lag(lag_run, request):
     run = lag_run.lag
-    observe.attach(request.node, run, lag_run.consumer)
+    runreport.attach_runs(request.node, run, lag_run.consumer)
     observe.require_script(run, "lag.py")
     _require_read_only(run)
     _require_drained(lag_run)

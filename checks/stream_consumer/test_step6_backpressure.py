@@ -5,6 +5,7 @@ from collections import Counter
 
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.stream_consumer import lab, observe, refusals
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.verdict import fail
@@ -50,11 +51,11 @@ def _policy(run) -> str:
 def _producer_finished(run, bp) -> None:
     result = run.result
     if bp.producer_stopped == "idle":   # it waited on while the group had nothing left: its lag never falls
-        fail(tr("step6.producer_waits_on", how=observe.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
+        fail(tr("step6.producer_waits_on", how=runreport.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
     if result.stopped:
-        fail(tr("step6.producer_hung", how=observe.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
+        fail(tr("step6.producer_hung", how=runreport.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
     if result.returncode != 0:
-        fail(tr("step6.producer_failed", how=observe.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
+        fail(tr("step6.producer_failed", how=runreport.how_it_ran(run), count=bp.count, max_lag=bp.max_lag))
 
 
 def _nothing_lost(bp) -> None:
@@ -87,7 +88,7 @@ def _each_applied_once(bp) -> set[str]:
     unapplied = [i for i in ids if bp.effects[i] == 0]
     if unapplied:
         fail(tr("step6.not_applied", missing=len(unapplied), total=len(ids), id=unapplied[0],
-                how=observe.how_it_ran(bp.consumer)))
+                how=runreport.how_it_ran(bp.consumer)))
     twice = [i for i in ids if bp.effects[i] > 1]
     if twice:
         fail(tr("step6.applied_twice", id=twice[0], count=bp.effects[twice[0]]))
@@ -146,10 +147,10 @@ def _did_what_it_said(bp, policy: str) -> None:
 
 def test_producer_applies_its_policy_and_accounts_for_every_order(backpressure_run, request):
     bp = backpressure_run
-    observe.attach(request.node, *(r for r in (bp.producer, bp.consumer) if r is not None))
+    runreport.attach_runs(request.node, *(r for r in (bp.producer, bp.consumer) if r is not None))
     observe.require_script(bp.consumer, "consumer.py")
     if not bp.consumer_joined:
-        fail(tr("step6.consumer_never_read", group=lab.GROUP, how=observe.how_it_ran(bp.consumer)))
+        fail(tr("step6.consumer_never_read", group=lab.GROUP, how=runreport.how_it_ran(bp.consumer)))
     observe.require_script(bp.producer, "producer.py")
     observe.require_honest_calls(bp.consumer, ())
     _producer_finished(bp.producer, bp)
