@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+import gradings
 from retrylab import exercise as exercises
 from retrylab.fixtures.stream_consumer import corpus
 from retrylab.fixtures.stream_consumer.corpus import REFERENCE
@@ -51,12 +52,11 @@ def test_reference_solution_passes_every_step(backend):
     assert report.exit_status() == 0
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_expected_verdicts(entry, backend, tmp_path):
+# the area tests (test_stream_consumer_{retry,idempotent,lag,backpressure}.py) read the same gradings
+@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+def test_corpus_entry_gets_its_expected_verdicts(entry, backend, shared_gradings):
     assert sorted(entry.expect) == STEPS, f"{entry.id}: fixture.toml must give a verdict for every step"
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, backend=backend, exercise_id=EXERCISE)
+    report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _verdicts(report) == entry.expect, f"{entry.id}: {entry.why}\n{_explain(report)}"
     assert not report.harness_error, report.harness_error
     assert report.exit_status() == (0 if set(entry.expect.values()) == {"pass"} else 1), _explain(report)
