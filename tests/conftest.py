@@ -12,7 +12,7 @@ from retrylab.brokers.redis.endpoint import Endpoint
 from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.brokers.redis.fakeredis_fixes import start_fake_server, stop_fake_server
 
-from gradings import Gradings
+from gradings import Gradings, shared_folder
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +53,6 @@ def endpoint(request) -> Endpoint:
 
 @pytest.fixture(scope="session")
 def shared_gradings(tmp_path_factory):
-    """The session's full gradings of corpus entries and reference solutions, each made once and read by
-    every test that asserts something of it (tests/gradings.py)."""
-    return Gradings(tmp_path_factory.mktemp("shared-gradings"))
+    """The session's full gradings of corpus entries and reference solutions, each made once (in whichever
+    xdist worker asks first) and read by every test that asserts something of it (tests/gradings.py)."""
+    return Gradings(shared_folder(tmp_path_factory.getbasetemp()))

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import gradings
 from retrylab import exercise as exercises
 from retrylab.appchannel import AppChannel
 from retrylab.calllog import Call
@@ -285,7 +284,8 @@ def _explain(report) -> str:
     return "\n".join(f"{r.name} {r.status}: {r.message}" for r in report.results if not r.passed)
 
 
-@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_expected_advanced_verdicts(entry, backend, shared_gradings):
     report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _advanced(report) == entry.expect_advanced, f"{entry.id}: {entry.why}\n{_explain(report)}"
@@ -299,14 +299,13 @@ def test_corpus_entry_gets_its_expected_advanced_verdicts(entry, backend, shared
     assert report.exit_status(strict=True) == strict     # ... unless --strict asks them to
 
 
-@pytest.mark.parametrize("backend", gradings.reference_params(EXERCISE, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reference_solution_passes_every_advanced_check(backend, shared_gradings):
     report = shared_gradings.reference(EXERCISE, REFERENCE, backend)
     assert _advanced(report) == {check: "pass" for check in CHECKS}, _explain(report)
     assert report.exit_status(strict=True) == 0
 
 
-@pytest.mark.xdist_group(gradings.group(EXERCISE, "wrong/advanced-no-alert", "fake"))
 def test_reports_show_advanced_checks_apart(shared_gradings):
     entry = next(e for e in ENTRIES if e.name == "advanced-no-alert")
     report = shared_gradings.entry(EXERCISE, entry, "fake")

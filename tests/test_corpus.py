@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import gradings
 from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
@@ -21,14 +20,15 @@ def _explain(report) -> str:
     return "\n".join(f"step {r.number} {r.status}: {r.message}" for r in report.lab_results)
 
 
-@pytest.mark.parametrize("backend", gradings.reference_params(EXERCISE, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reference_solution_passes_every_step(backend, shared_gradings):
     report = shared_gradings.reference(EXERCISE, REFERENCE, backend)
     assert _verdicts(report) == {n: "pass" for n in range(1, 9)}, _explain(report)
     assert report.exit_status() == 0
 
 
-@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_expected_verdicts(entry, backend, shared_gradings):
     report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _verdicts(report) == entry.expect, f"{entry.id}: {entry.why}\n{_explain(report)}"

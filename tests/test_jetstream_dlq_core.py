@@ -1,7 +1,7 @@
 """jetstream-dlq's core: steps 3 (ack), 4 (redeliver), 6 (term) and 7 (clean end) on the reference solution and
-on the corpus entries of this area, graded on a private nats-server (in the full gradings the corpus test reads
-too, tests/gradings.py); and how the main run ends for a worker
-that is done, one that stopped pulling, and one whose consumer redelivers for ever."""
+on the corpus entries of this area, graded on a private nats-server (in the full gradings the corpus test
+reads too, tests/gradings.py); and how the main run ends for a worker that is done, one that stopped pulling,
+and one whose consumer redelivers for ever."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import gradings
 from retrylab import bidi, i18n
 from retrylab import exercise as exercise_module
 from retrylab.brokers.nats.backends import make_backend
@@ -47,13 +46,12 @@ def test_every_core_entry_is_in_the_corpus():
     assert set(NAMED) <= set(CORE), "each mistake whose message is asserted has its entry"
 
 
-@gradings.reference_group(EXERCISE)
 def test_reference_passes_steps_3_4_6_7(shared_gradings):
     report = shared_gradings.reference(EXERCISE, REFERENCE)
     assert _verdicts(report) == {n: "pass" for n in STEPS}, _explain(report)
 
 
-@pytest.mark.parametrize("entry", gradings.params(EXERCISE, ENTRIES))
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_core_entry_gets_its_expected_verdicts(entry, shared_gradings):
     report = shared_gradings.entry(EXERCISE, entry)
     expected = {n: v for n, v in entry.expect.items() if n in STEPS}
@@ -69,7 +67,7 @@ NAMED = {"plain-nak": (4, ["plain nak()"]), "ack-none": (3, ["AckPolicy none"]),
          "acks-the-poison": (4, ["was acked"]), "max-deliver-unset": (4, ["delivered 5 times"])}
 
 
-@pytest.mark.parametrize("entry", gradings.params(EXERCISE, [e for e in ENTRIES if e.name in NAMED]))
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.name in NAMED], ids=lambda e: e.id)
 def test_the_mistakes_are_named(entry, shared_gradings):
     """Each mistake's message names it, so a learner knows what to change."""
     step, says = NAMED[entry.name]

@@ -1,6 +1,7 @@
 """jetstream-dlq's dead letters: step 5 and the three advanced checks, graded on the reference solution and
 the corpus entries of this area (every step whose check exists, every advanced check), on a private
-nats-server (in the full gradings the corpus test reads too, tests/gradings.py); and the readings they rest on (subjects, advisories, server times)."""
+nats-server (in the full gradings the corpus test reads too, tests/gradings.py); and the readings they rest
+on (subjects, advisories, server times)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import gradings
 from retrylab import exercise as exercises
 from retrylab.checks.jetstream_dlq import dead_letters, run_main
 from retrylab.fixtures.jetstream_dlq import corpus
@@ -46,7 +46,6 @@ def _check(report, expect: dict[int, str], expect_advanced: dict[str, str], what
             assert result.message.strip() and "Hint:" in result.message, result.message
 
 
-@gradings.reference_group(EXERCISE)
 def test_the_reference_passes_step_5_and_every_advanced_check(shared_gradings):
     report = shared_gradings.reference(EXERCISE, corpus.REFERENCE)
     _check(report, {n: "pass" for n in range(1, 8)}, {a: "pass" for a in ADVANCED}, "reference")
@@ -63,7 +62,7 @@ def test_this_areas_corpus_covers_each_mistake_and_the_variety():
         assert set(entry.expect) == set(range(1, 8)) and set(entry.expect_advanced) == set(ADVANCED), entry.id
 
 
-@pytest.mark.parametrize("entry", gradings.params(EXERCISE, ENTRIES))
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_expected_verdicts(entry, shared_gradings):
     report = shared_gradings.entry(EXERCISE, entry)
     racy = () if HEAD_START or entry.id not in PLAIN_SUBSCRIBERS else ("terminated-recorded",)
@@ -82,7 +81,7 @@ SAYS = {
 }
 
 
-@pytest.mark.parametrize("entry", gradings.params(EXERCISE, [e for e in ENTRIES if e.id in SAYS]))
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.id in SAYS], ids=lambda e: e.id)
 def test_step_5_names_the_mistake(entry, shared_gradings):
     (step5,) = [r for r in shared_gradings.entry(EXERCISE, entry).lab_results if r.number == 5]
     assert step5.status == "fail" and SAYS[entry.id] in step5.message, step5.message

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import fakeredis
 import pytest
 
-import gradings
 from retrylab.brokers.redis.commands import Command
 from retrylab.checks.stream_consumer import refusals, run_backpressure
 from retrylab.checks.stream_consumer.test_step6_backpressure import lag_limit, lag_near, near_limit
@@ -38,7 +37,8 @@ def test_reference_passes_step_6(backend):
     assert report.exit_status() == 0
 
 
-@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_step_6_verdict(entry, backend, shared_gradings):
     result = _step6(shared_gradings.entry(EXERCISE, entry, backend))
     assert result.status == entry.expect[STEP], f"{entry.id}: {entry.why}\n{result.message}"

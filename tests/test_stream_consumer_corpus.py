@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-import gradings
 from retrylab import exercise as exercises
 from retrylab.fixtures.stream_consumer import corpus
 from retrylab.fixtures.stream_consumer.corpus import REFERENCE
@@ -53,7 +52,8 @@ def test_reference_solution_passes_every_step(backend):
 
 
 # the area tests (test_stream_consumer_{retry,idempotent,lag,backpressure}.py) read the same gradings
-@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_expected_verdicts(entry, backend, shared_gradings):
     assert sorted(entry.expect) == STEPS, f"{entry.id}: fixture.toml must give a verdict for every step"
     report = shared_gradings.entry(EXERCISE, entry, backend)

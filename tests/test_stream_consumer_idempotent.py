@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-import gradings
 from retrylab.appchannel import Argument
 from retrylab.brokers.redis import BROKER, make_backend
 from retrylab.brokers.redis.commands import Command
@@ -193,7 +192,8 @@ def test_reference_passes_steps_1_and_4(backend_name):
     assert {r.number: r.status for r in report.lab_results} == {1: "pass", 4: "pass"}, _explain(report)
 
 
-@pytest.mark.parametrize("entry, backend_name", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_step_1_and_4_verdicts(entry, backend_name, shared_gradings):
     report = shared_gradings.entry(EXERCISE, entry, backend_name)
     verdicts = {r.number: r.status for r in report.lab_results if r.number in (1, 4)}

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gradings
 from retrylab.checks.stream_consumer import lag_compare as compare
 from retrylab.checks.stream_consumer import lag_series as series
 from retrylab.checks.stream_consumer.lag_compare import HarnessSample, RunWindow
@@ -330,7 +329,8 @@ def test_every_wrong_entry_says_why():
     assert {e.name for e in ENTRIES if e.kind == "wrong"} == set(SAYS)
 
 
-@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_corpus_entry_gets_its_step5_verdict(entry, backend, shared_gradings):
     result = next(r for r in shared_gradings.entry(EXERCISE, entry, backend).lab_results if r.number == 5)
     assert result.status == entry.expect[5], f"{entry.id}: {entry.why}\n{result.message}"

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import gradings
 from retrylab.brokers.redis.commands import Command
 from retrylab.checks.stream_consumer import redelivery, settling
 from retrylab.fixtures.stream_consumer import corpus
@@ -52,7 +51,8 @@ def test_reference_passes_steps_1_to_3(backend):
     assert _verdicts(report) == {n: "pass" for n in STEPS}, _explain(report)
 
 
-@pytest.mark.parametrize("entry, backend", gradings.params(EXERCISE, ENTRIES, BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
 def test_entry_gets_its_verdicts_for_steps_1_to_3(entry, backend, shared_gradings):
     report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _verdicts(report) == {n: entry.expect[n] for n in STEPS}, f"{entry.id}: {entry.why}\n{_explain(report)}"
