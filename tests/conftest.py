@@ -12,6 +12,8 @@ from retrylab.brokers.redis.endpoint import Endpoint
 from retrylab.brokers.redis.server_process import RedisServerProcess
 from retrylab.brokers.redis.fakeredis_fixes import start_fake_server, stop_fake_server
 
+from gradings import Gradings, shared_folder
+
 
 @pytest.fixture(scope="session")
 def _redis_server_process():
@@ -47,3 +49,10 @@ def endpoint(request) -> Endpoint:
     with chosen.client() as client:
         client.flushall()
     return chosen
+
+
+@pytest.fixture(scope="session")
+def shared_gradings(tmp_path_factory):
+    """The session's full gradings of corpus entries and reference solutions, each made once (in whichever
+    xdist worker asks first) and read by every test that asserts something of it (tests/gradings.py)."""
+    return Gradings(shared_folder(tmp_path_factory.getbasetemp()))

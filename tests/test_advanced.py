@@ -1,5 +1,6 @@
 """The advanced checks of backoff-dlq: taskproc's failure kinds, how waits and DLQ removals are read,
-and every corpus entry's advanced verdicts on both backends (its lab verdicts: test_corpus.py)."""
+and every corpus entry's advanced verdicts on both backends (its lab verdicts: test_corpus.py, which reads the
+same gradings: tests/gradings.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -21,10 +22,10 @@ from retrylab.fixtures.backoff_dlq import corpus, taskproc
 from retrylab.fixtures.backoff_dlq.taskproc_app import TaskprocApp
 from retrylab.learner_site import appstub
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
-from retrylab.grading import grade
 from retrylab.brokers.redis.commands import Command
 from retrylab.reporters import FORMATS
 
+EXERCISE = "backoff-dlq"
 BACKENDS = ["fake", "redis-server"]
 CHECKS = [a.slug for a in exercises.get().advanced]
 ENTRIES = [e for e in corpus.entries() if e.expect_advanced]
@@ -275,21 +276,6 @@ def test_each_advanced_check_has_passing_and_failing_entries(check):
     assert all(e.kind == "wrong" for e in failing), "an entry failing an advanced check belongs in wrong/"
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """grade(entry, backend), once per entry and backend in this module (a Report is immutable);
-    entry None: the reference solution."""
-    reports = {}
-
-    def get(entry, backend):
-        key = (entry.id if entry else "reference", backend)
-        if key not in reports:
-            submission = entry.materialize(tmp_path_factory.mktemp("submission")) if entry else REFERENCE
-            reports[key] = grade(submission, backend=backend)
-        return reports[key]
-    return get
-
-
 def _advanced(report) -> dict[str, str]:
     return {r.name.removeprefix("advanced:"): r.status for r in report.advanced_results}
 
@@ -300,8 +286,8 @@ def _explain(report) -> str:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_expected_advanced_verdicts(entry, backend, graded):
-    report = graded(entry, backend)
+def test_corpus_entry_gets_its_expected_advanced_verdicts(entry, backend, shared_gradings):
+    report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _advanced(report) == entry.expect_advanced, f"{entry.id}: {entry.why}\n{_explain(report)}"
     for result in report.advanced_results:
         assert result.number is None and result.weight == 0
@@ -314,15 +300,15 @@ def test_corpus_entry_gets_its_expected_advanced_verdicts(entry, backend, graded
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_reference_solution_passes_every_advanced_check(backend, graded):
-    report = graded(None, backend)
+def test_reference_solution_passes_every_advanced_check(backend, shared_gradings):
+    report = shared_gradings.reference(EXERCISE, REFERENCE, backend)
     assert _advanced(report) == {check: "pass" for check in CHECKS}, _explain(report)
     assert report.exit_status(strict=True) == 0
 
 
-def test_reports_show_advanced_checks_apart(graded):
+def test_reports_show_advanced_checks_apart(shared_gradings):
     entry = next(e for e in ENTRIES if e.name == "advanced-no-alert")
-    report = graded(entry, "fake")
+    report = shared_gradings.entry(EXERCISE, entry, "fake")
     text = FORMATS["text"](report)
     lab_part, advanced_part = text.split("Advanced checks", 1)
     assert "advanced:" not in lab_part and "8/8 steps pass" in advanced_part

@@ -1,6 +1,7 @@
 """jetstream-dlq's core: steps 3 (ack), 4 (redeliver), 6 (term) and 7 (clean end) on the reference solution and
-on the corpus entries of this area, graded on a private nats-server; and how the main run ends for a worker
-that is done, one that stopped pulling, and one whose consumer redelivers for ever."""
+on the corpus entries of this area, graded on a private nats-server (in the full gradings the corpus test
+reads too, tests/gradings.py); and how the main run ends for a worker that is done, one that stopped pulling,
+and one whose consumer redelivers for ever."""
 from __future__ import annotations
 
 import re
@@ -42,16 +43,17 @@ def _explain(report) -> str:
 def test_every_core_entry_is_in_the_corpus():
     assert sorted(e.name for e in ENTRIES) == sorted(CORE)
     assert sum(e.kind == "correct" for e in ENTRIES) >= 4
+    assert set(NAMED) <= set(CORE), "each mistake whose message is asserted has its entry"
 
 
-def test_reference_passes_steps_3_4_6_7():
-    report = grade(REFERENCE, exercise_id=EXERCISE)
+def test_reference_passes_steps_3_4_6_7(shared_gradings):
+    report = shared_gradings.reference(EXERCISE, REFERENCE)
     assert _verdicts(report) == {n: "pass" for n in STEPS}, _explain(report)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_core_entry_gets_its_expected_verdicts(entry, tmp_path):
-    report = grade(entry.materialize(tmp_path / "submission"), exercise_id=EXERCISE)
+def test_core_entry_gets_its_expected_verdicts(entry, shared_gradings):
+    report = shared_gradings.entry(EXERCISE, entry)
     expected = {n: v for n, v in entry.expect.items() if n in STEPS}
     assert _verdicts(report) == expected, f"{entry.id}: {entry.why}\n{_explain(report)}"
     for result in report.lab_results:
@@ -59,21 +61,19 @@ def test_core_entry_gets_its_expected_verdicts(entry, tmp_path):
             assert result.message.strip() and "Hint:" in result.message
 
 
-def test_the_mistakes_are_named(tmp_path):
+# what the message of the step that catches each mistake must say (all of it)
+NAMED = {"plain-nak": (4, ["plain nak()"]), "ack-none": (3, ["AckPolicy none"]), "ack-all": (3, ["AckPolicy all"]),
+         "ephemeral-consumer": (3, ["not from worker-consumer", "durable="]), "term-for-temporary": (4, ["+TERM"]),
+         "acks-the-poison": (4, ["was acked"]), "max-deliver-unset": (4, ["delivered 5 times"])}
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.name in NAMED], ids=lambda e: e.id)
+def test_the_mistakes_are_named(entry, shared_gradings):
     """Each mistake's message names it, so a learner knows what to change."""
-    said = {}
-    for name, step in (("plain-nak", 4), ("ack-none", 3), ("ack-all", 3), ("ephemeral-consumer", 3),
-                       ("term-for-temporary", 4), ("acks-the-poison", 4), ("max-deliver-unset", 4)):
-        entry = next(e for e in ENTRIES if e.name == name)
-        report = grade(entry.materialize(tmp_path / name), exercise_id=EXERCISE, steps=(step,))
-        said[name] = next(r.message for r in report.lab_results if r.number == step)
-    assert "plain nak()" in said["plain-nak"]
-    assert "AckPolicy none" in said["ack-none"]
-    assert "AckPolicy all" in said["ack-all"]
-    assert "not from worker-consumer" in said["ephemeral-consumer"] and "durable=" in said["ephemeral-consumer"]
-    assert "+TERM" in said["term-for-temporary"]
-    assert "was acked" in said["acks-the-poison"]
-    assert "delivered 5 times" in said["max-deliver-unset"]
+    step, says = NAMED[entry.name]
+    message = next(r.message for r in shared_gradings.entry(EXERCISE, entry).lab_results if r.number == step)
+    for words in says:
+        assert words in message, message
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 from retrylab import exercise as exercises
 from retrylab.fixtures.jetstream_dlq import corpus
 from retrylab.fixtures.jetstream_dlq.corpus import REFERENCE
-from retrylab.grading import grade
 
 EXERCISE = "jetstream-dlq"
 ENTRIES = corpus.entries()
@@ -52,19 +51,19 @@ def _explain(report) -> str:
                      for r in (*report.lab_results, *report.advanced_results))
 
 
-def test_reference_solution_passes_every_step_and_advanced_check():
-    report = grade(REFERENCE, exercise_id=EXERCISE)
+# the area tests (test_jetstream_dlq_{core,dlq}.py) read the same gradings of the reference and the entries
+def test_reference_solution_passes_every_step_and_advanced_check(shared_gradings):
+    report = shared_gradings.reference(EXERCISE, REFERENCE)
     assert _verdicts(report) == {n: "pass" for n in STEPS}, _explain(report)
     assert _advanced(report) == {a: "pass" for a in ADVANCED}, _explain(report)
     assert report.exit_status() == 0
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_expected_verdicts(entry, tmp_path):
+def test_corpus_entry_gets_its_expected_verdicts(entry, shared_gradings):
     assert sorted(entry.expect) == STEPS, f"{entry.id}: fixture.toml must give a verdict for every step"
     assert set(entry.expect_advanced) <= set(ADVANCED), f"{entry.id}: unknown advanced checks"
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, exercise_id=EXERCISE)
+    report = shared_gradings.entry(EXERCISE, entry)
     assert _verdicts(report) == entry.expect, f"{entry.id}: {entry.why}\n{_explain(report)}"
     advanced = _advanced(report)
     assert {a: advanced.get(a) for a in entry.expect_advanced} == entry.expect_advanced, \

@@ -1,6 +1,7 @@
 """jetstream-dlq's dead letters: step 5 and the three advanced checks, graded on the reference solution and
 the corpus entries of this area (every step whose check exists, every advanced check), on a private
-nats-server; and the readings they rest on (subjects, advisories, server times)."""
+nats-server (in the full gradings the corpus test reads too, tests/gradings.py); and the readings they rest
+on (subjects, advisories, server times)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +12,6 @@ import pytest
 from retrylab import exercise as exercises
 from retrylab.checks.jetstream_dlq import dead_letters, run_main
 from retrylab.fixtures.jetstream_dlq import corpus
-from retrylab.grading import grade
 
 EXERCISE = "jetstream-dlq"
 ENTRIES = [e for e in corpus.entries() if e.name.startswith("dlq-")]
@@ -46,8 +46,8 @@ def _check(report, expect: dict[int, str], expect_advanced: dict[str, str], what
             assert result.message.strip() and "Hint:" in result.message, result.message
 
 
-def test_the_reference_passes_step_5_and_every_advanced_check():
-    report = grade(corpus.REFERENCE, exercise_id=EXERCISE)
+def test_the_reference_passes_step_5_and_every_advanced_check(shared_gradings):
+    report = shared_gradings.reference(EXERCISE, corpus.REFERENCE)
     _check(report, {n: "pass" for n in range(1, 8)}, {a: "pass" for a in ADVANCED}, "reference")
 
 
@@ -57,32 +57,34 @@ def test_this_areas_corpus_covers_each_mistake_and_the_variety():
             "dlq-terminated-advisory", "dlq-not-stored", "dlq-core-subscriber",
             "dlq-terminated-under-events", "dlq-worker-stops-pulling"} <= names
     assert {"dlq-in-worker", "dlq-core-reconcile", "dlq-core-publish-msg-id"} <= names
+    assert set(SAYS) <= {e.id for e in ENTRIES}, "each mistake whose message is asserted has its entry"
     for entry in ENTRIES:
         assert set(entry.expect) == set(range(1, 8)) and set(entry.expect_advanced) == set(ADVANCED), entry.id
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_expected_verdicts(entry, tmp_path):
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, exercise_id=EXERCISE)
+def test_corpus_entry_gets_its_expected_verdicts(entry, shared_gradings):
+    report = shared_gradings.entry(EXERCISE, entry)
     racy = () if HEAD_START or entry.id not in PLAIN_SUBSCRIBERS else ("terminated-recorded",)
     _check(report, entry.expect, entry.expect_advanced, f"{entry.id}: {entry.why}", unasserted=racy)
 
 
-@pytest.mark.parametrize("entry, says", [
-    ("wrong/dlq-advisory-json", "the advisory itself"),
-    ("wrong/dlq-no-msg-id", "no Nats-Msg-Id"),
-    ("wrong/dlq-uuid-msg-id", "Nats-Msg-Id: dlq-"),
-    ("wrong/dlq-advisory-subject-typo", "MAX_DELIVERY.EVENTS.worker-consumer"),
-    ("wrong/dlq-not-stored", "no stream stored them"),
-    ("wrong/dlq-terminated-under-events", "the corrupt (terminated) event is there too"),
-    ("wrong/dlq-worker-stops-pulling", "only while a pull request is waiting"),
-])
-def test_step_5_names_the_mistake(entry, says, tmp_path):
-    found = next(e for e in ENTRIES if e.id == entry)
-    report = grade(found.materialize(tmp_path / "submission"), exercise_id=EXERCISE, steps=(5,))
-    (step5,) = report.lab_results
-    assert step5.status == "fail" and says in step5.message, step5.message
+# what step 5's failure must say for each mistake
+SAYS = {
+    "wrong/dlq-advisory-json": "the advisory itself",
+    "wrong/dlq-no-msg-id": "no Nats-Msg-Id",
+    "wrong/dlq-uuid-msg-id": "Nats-Msg-Id: dlq-",
+    "wrong/dlq-advisory-subject-typo": "MAX_DELIVERY.EVENTS.worker-consumer",
+    "wrong/dlq-not-stored": "no stream stored them",
+    "wrong/dlq-terminated-under-events": "the corrupt (terminated) event is there too",
+    "wrong/dlq-worker-stops-pulling": "only while a pull request is waiting",
+}
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.id in SAYS], ids=lambda e: e.id)
+def test_step_5_names_the_mistake(entry, shared_gradings):
+    (step5,) = [r for r in shared_gradings.entry(EXERCISE, entry).lab_results if r.number == 5]
+    assert step5.status == "fail" and SAYS[entry.id] in step5.message, step5.message
 
 
 # --------------------------------------------------------------------------------------------

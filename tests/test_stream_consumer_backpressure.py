@@ -1,5 +1,6 @@
 """stream-consumer step 6 (backpressure): the reference and every corpus entry of this area get their
-expected step-6 verdict on the fake and the redis-server backends; the policy line, the shapes of
+expected step-6 verdict on the fake and the redis-server backends (an entry's: in the full grading the
+corpus test reads too, tests/gradings.py); the policy line, the shapes of
 `orders:refused`, the lag near a refusal and the commands that trim `orders` are read as documented."""
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from retrylab.fixtures.stream_consumer import corpus
 from retrylab.fixtures.stream_consumer.corpus import REFERENCE
 from retrylab.grading import grade
 
+EXERCISE = "stream-consumer"
 BACKENDS = ["fake", "redis-server"]
 STEP = 6
 # this area's entries: those whose producer.py is the only file they change (all of them, today)
@@ -29,7 +31,7 @@ def _step6(report):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reference_passes_step_6(backend):
-    report = grade(REFERENCE, backend=backend, exercise_id="stream-consumer", steps=(STEP,))
+    report = grade(REFERENCE, backend=backend, exercise_id=EXERCISE, steps=(STEP,))
     result = _step6(report)
     assert result.status == "pass", result.message
     assert report.exit_status() == 0
@@ -37,10 +39,8 @@ def test_reference_passes_step_6(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_step_6_verdict(entry, backend, tmp_path):
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, backend=backend, exercise_id="stream-consumer", steps=(STEP,))
-    result = _step6(report)
+def test_corpus_entry_gets_its_step_6_verdict(entry, backend, shared_gradings):
+    result = _step6(shared_gradings.entry(EXERCISE, entry, backend))
     assert result.status == entry.expect[STEP], f"{entry.id}: {entry.why}\n{result.message}"
     if result.status == "fail":   # a learner can act on it: says what is wrong, then the hint
         assert result.message.strip() and "Hint:" in result.message

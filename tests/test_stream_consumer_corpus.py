@@ -51,12 +51,12 @@ def test_reference_solution_passes_every_step(backend):
     assert report.exit_status() == 0
 
 
+# the area tests (test_stream_consumer_{retry,idempotent,lag,backpressure}.py) read the same gradings
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_expected_verdicts(entry, backend, tmp_path):
+def test_corpus_entry_gets_its_expected_verdicts(entry, backend, shared_gradings):
     assert sorted(entry.expect) == STEPS, f"{entry.id}: fixture.toml must give a verdict for every step"
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, backend=backend, exercise_id=EXERCISE)
+    report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _verdicts(report) == entry.expect, f"{entry.id}: {entry.why}\n{_explain(report)}"
     assert not report.harness_error, report.harness_error
     assert report.exit_status() == (0 if set(entry.expect.values()) == {"pass"} else 1), _explain(report)

@@ -1,6 +1,7 @@
 """stream-consumer step 4 (idempotent): the harness's end of the learner's process (EffectsApp end_after),
 the reading of the relay's commands, the crash-and-restart run of the reference, and the step 1 and 4
-verdicts of the reference and of the corpus entries this step added, on both backends."""
+verdicts of the reference and of the corpus entries this step added, on both backends (an entry's: in the
+full grading the corpus test reads too, tests/gradings.py)."""
 from __future__ import annotations
 
 import pytest
@@ -193,10 +194,9 @@ def test_reference_passes_steps_1_and_4(backend_name):
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_step_1_and_4_verdicts(entry, backend_name, tmp_path):
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, backend=backend_name, steps=(1, 4), exercise_id=EXERCISE)
-    verdicts = {r.number: r.status for r in report.lab_results}
+def test_corpus_entry_gets_its_step_1_and_4_verdicts(entry, backend_name, shared_gradings):
+    report = shared_gradings.entry(EXERCISE, entry, backend_name)
+    verdicts = {r.number: r.status for r in report.lab_results if r.number in (1, 4)}
     assert verdicts == {1: entry.expect[1], 4: entry.expect[4]}, f"{entry.id}: {entry.why}\n{_explain(report)}"
     step4 = next(r for r in report.lab_results if r.number == 4)
     if step4.status == "fail":

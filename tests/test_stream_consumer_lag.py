@@ -1,5 +1,6 @@
 """stream-consumer step 5 (lag): reading lag.py's `t,lag` lines, dating them and comparing them with the
-harness's samples; and the step's corpus entries graded on both backends."""
+harness's samples; and the step's corpus entries graded on both backends (in the full grading the corpus
+test reads too, tests/gradings.py)."""
 from __future__ import annotations
 
 import math
@@ -298,6 +299,7 @@ def test_no_drain_after_the_peak():
 # ------------------------------------------------------------------------------------------------
 # the step on both backends: the reference and this step's corpus entries
 
+EXERCISE = "stream-consumer"
 BACKENDS = ["fake", "redis-server"]
 ENTRIES = [e for e in corpus.entries() if e.name.startswith("lag-")]
 # what the failure must say (in English), so each wrong entry fails for its own reason
@@ -316,15 +318,10 @@ SAYS = {
 }
 
 
-def _step5(submission, backend):
-    report = grade(submission, backend=backend, steps=(5,), exercise_id="stream-consumer")
-    (result,) = report.lab_results
-    return result
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_reference_passes_step5(backend):
-    result = _step5(corpus.REFERENCE, backend)
+    report = grade(corpus.REFERENCE, backend=backend, steps=(5,), exercise_id=EXERCISE)
+    (result,) = report.lab_results
     assert result.status == "pass", result.message
 
 
@@ -334,8 +331,8 @@ def test_every_wrong_entry_says_why():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_corpus_entry_gets_its_step5_verdict(entry, backend, tmp_path):
-    result = _step5(entry.materialize(tmp_path / "submission"), backend)
+def test_corpus_entry_gets_its_step5_verdict(entry, backend, shared_gradings):
+    result = next(r for r in shared_gradings.entry(EXERCISE, entry, backend).lab_results if r.number == 5)
     assert result.status == entry.expect[5], f"{entry.id}: {entry.why}\n{result.message}"
     if entry.kind == "wrong":
         assert SAYS[entry.name] in result.message and "Hint:" in result.message, result.message

@@ -1,5 +1,6 @@
 """stream-consumer steps 2 (retry) and 3 (dlq): the reference passes steps 1-3 and each of the corpus
-entries about retries and dead letters gets its expected verdicts for steps 1-3, on both backends; the
+entries about retries and dead letters gets its expected verdicts for steps 1-3, on both backends (an
+entry's: in the full grading the corpus test reads too, tests/gradings.py); the
 rules the checks use (redelivery evidence, the quiet stop) on hand-made records."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from retrylab.fixtures.stream_consumer import corpus
 from retrylab.fixtures.stream_consumer.corpus import REFERENCE
 from retrylab.grading import grade
 
+EXERCISE = "stream-consumer"
 BACKENDS = ["fake", "redis-server"]
 STEPS = (1, 2, 3)
 # this area's entries: those whose consumer.py is about retries and dead letters
@@ -26,12 +28,16 @@ NAMES = {"immediate-endless-retries", "reread-own-pending-at-once", "constant-mi
 ENTRIES = [e for e in corpus.entries() if e.name in NAMES]
 
 
+def _results(report):
+    return [r for r in report.lab_results if r.number in STEPS]
+
+
 def _verdicts(report) -> dict[int, str]:
-    return {r.number: r.status for r in report.lab_results}
+    return {r.number: r.status for r in _results(report)}
 
 
 def _explain(report) -> str:
-    return "\n".join(f"step {r.number} {r.status}: {r.message}" for r in report.lab_results)
+    return "\n".join(f"step {r.number} {r.status}: {r.message}" for r in _results(report))
 
 
 def test_every_entry_of_this_area_is_in_the_corpus():
@@ -41,17 +47,16 @@ def test_every_entry_of_this_area_is_in_the_corpus():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reference_passes_steps_1_to_3(backend):
-    report = grade(REFERENCE, backend=backend, steps=STEPS, exercise_id="stream-consumer")
+    report = grade(REFERENCE, backend=backend, steps=STEPS, exercise_id=EXERCISE)
     assert _verdicts(report) == {n: "pass" for n in STEPS}, _explain(report)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
-def test_entry_gets_its_verdicts_for_steps_1_to_3(entry, backend, tmp_path):
-    submission = entry.materialize(tmp_path / "submission")
-    report = grade(submission, backend=backend, steps=STEPS, exercise_id="stream-consumer")
+def test_entry_gets_its_verdicts_for_steps_1_to_3(entry, backend, shared_gradings):
+    report = shared_gradings.entry(EXERCISE, entry, backend)
     assert _verdicts(report) == {n: entry.expect[n] for n in STEPS}, f"{entry.id}: {entry.why}\n{_explain(report)}"
-    for result in report.lab_results:
+    for result in _results(report):
         if result.status == "fail":   # says what is wrong, then the hint; never a harness error
             assert result.message.strip() and "Hint:" in result.message, result.message
             assert "Traceback" not in result.message
