@@ -1,0 +1,25 @@
+"""Advanced: a burst of failures does not grow the consumers' threads (run_durable.py's second batch: BURST
+failing callbacks at once, each first retry hanging where it is made)."""
+import pytest
+
+from retrylab.checks.retry_topics import lab, waiting
+from retrylab.checks.retry_topics.catalog import tr
+from retrylab.checks.retry_topics.run_durable import BURST
+from retrylab.verdict import fail
+
+pytestmark = pytest.mark.advanced("bounded-concurrency")
+
+GROWTH_LIMIT = BURST // 2   # threads more than before the burst: a client's own (a producer made late) stay well under
+
+
+def test_a_burst_of_failures_does_not_grow_the_threads(durable_run):
+    run = durable_run
+    if run.missing:
+        fail(tr("observe.script_missing", script=run.missing))
+    for script in (lab.MAIN_SCRIPT, lab.RETRY_SCRIPT):
+        growth = waiting.thread_growth(run, script)
+        if growth is None:
+            fail(tr("advanced_msg.bounded-concurrency.not_tried", burst=BURST))
+        before, peak = growth
+        if peak - before >= GROWTH_LIMIT:
+            fail(tr("advanced_msg.bounded-concurrency.grew", script=script, burst=BURST, before=before, peak=peak))
