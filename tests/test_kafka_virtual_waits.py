@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+import test_kafka_broker
 from retrylab.appchannel import RunClock
-from retrylab.brokers.kafka.backend import TansuBackend
 from test_kafka_broker import _run
+
+backend = test_kafka_broker.backend     # its fixture: a Tansu backend for the module's tests
 
 WAIT = 600.0        # seconds the learner's script waits, by its own time.time(): ten minutes
 
@@ -99,14 +101,6 @@ asyncio.run(main())
 SAY = "\nprint(json.dumps({'got': got, 'polls': polls, 'during': during, 'waited': time.time() - began}))\n"
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
-
-
-@pytest.fixture(scope="module")
-def backend():
-    backend = TansuBackend()
-    backend.start()
-    yield backend
-    backend.stop()
 
 
 def _pause_and_poll(tmp_path, endpoint, client: str, run_clock: RunClock, timeout: float, consume: bool = False,
