@@ -149,8 +149,11 @@ class PairWatch:
 
     def signature(self) -> tuple:
         """What changes when a script does something: records produced, offsets committed, group or topic
-        changes (each relay's shape) and calls of the application."""
-        return tuple((script, p.link.shape(), len(p.channel.record)) for script, p in sorted(self.progress.items()))
+        changes (each relay's shape), calls of the application, and the clock (a retry consumer that waits
+        for a due time by polling a paused partition moves it a poll timeout at a time, with nothing else to
+        show for minutes of virtual time)."""
+        return tuple((script, p.link.shape(), len(p.channel.record), p.channel.clock.offset)
+                     for script, p in sorted(self.progress.items()))
 
     def busy(self) -> bool:
         """A thread of a learner process is running or waiting for a CPU (on a busy machine: not idle)."""
