@@ -104,6 +104,29 @@ def test_a_wrong_variant_fails_only_the_steps_its_mistake_breaks(name, tmp_path,
     assert words in first and "Traceback" not in first, first
 
 
+# consumer.py parks a key's later records behind its pending retry (on the retry topic, due at once): the
+# retry consumer, reading a partition in order, notifies them after the retried one
+KEEPS_KEY_ORDER = {MAIN: [
+    ("    consumer.subscribe([TOPIC])\n", "    consumer.subscribe([TOPIC])\n    parked = set()\n"),
+    ("            try:\n                notifier.notify(json.loads(msg.value()))\n"
+     "            except notifier.NotifyError as error:\n",
+     "            if msg.key() in parked:\n"
+     "                due = str(int(time.time() * 1000)).encode()\n"
+     "                producer.produce(RETRY_TOPIC, key=msg.key(), value=msg.value(),\n"
+     "                                 headers=[('retryTimes', b'0'), ('nextRetryTime', due)])\n"
+     "                producer.flush()\n"
+     "                consumer.commit(message=msg, asynchronous=False)\n"
+     "                continue\n"
+     "            try:\n                notifier.notify(json.loads(msg.value()))\n"
+     "            except notifier.NotifyError as error:\n                parked.add(msg.key())\n")]}
+
+
+def test_a_pair_that_keeps_a_keys_order_passes_key_order_and_steps_1_to_6(tmp_path, kafka_backend):
+    run = _main_run(_variant(tmp_path, KEEPS_KEY_ORDER), kafka_backend)
+    assert _verdicts(run) == {n: "" for n in VERIFIERS}
+    key_order.verify(run)
+
+
 def test_a_pair_retrying_without_end_is_stopped_as_such(tmp_path, kafka_backend):
     changes, _failing, _words = VARIANTS["retry-times-never-rises"]
     run = _main_run(_variant(tmp_path, changes), kafka_backend)

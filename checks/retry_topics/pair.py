@@ -44,14 +44,17 @@ FETCH = 1                   # the Kafka API key of Fetch
 # session.timeout.ms of the learner's consumers (the redirect caps it): a join takes about 2 s on Tansu at
 # 3000 ms against 3.3 s at 6000, and a consumer's heartbeats (every second) come from its client's own thread
 SESSION_TIMEOUT_MS = 3000
-FETCH_LIMIT = 15.0          # real seconds to wait for both consumers' first Fetch (a join takes ~3.3 s on Tansu)
+# real seconds to wait for a consumer's first Fetch once it has sent its first request (a join takes ~2 s);
+# before that request a busy machine may still be starting its interpreter: up to START_LIMIT in all
+FETCH_LIMIT = 15.0
+START_LIMIT = 30.0
 QUIET = 3.0                 # real seconds without change (calls, records, commits) while the learner was idle
 QUIET_COMMITS = 6.5         # ... when every expected call is made but offsets lag: auto-commit runs every 5 s
 DONE_SETTLE = 0.5           # real seconds the outcome must stay complete (an extra call would show by then)
 SETTLE_LIMIT = 25.0         # real seconds from the first callback produced to the end, at most
 STUCK_CPU = 3.0             # CPU seconds of one script without a change: it spins
 LOOK = 0.05                 # real seconds between two looks of `settle`
-RUN_TIMEOUT = FETCH_LIMIT + SETTLE_LIMIT + 5.0      # a run's outer bound in the runner (never reached normally)
+RUN_TIMEOUT = START_LIMIT + SETTLE_LIMIT + 5.0      # a run's outer bound in the runner (never reached normally)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class PairWatch:
         self.cancelled = cancelled
         self.progress: dict[str, object] = {}       # script -> its run's live retrylab.runner.Progress
         self.fetching: dict[str, float] = {}        # script -> real time of its first Fetch request
+        self.started: dict[str, float] = {}         # script -> real time of its first request
         self._seen: dict[str, int] = {}             # script -> requests of its relay looked at so far
         self.stopped: Stop | None = None
         self._lock = threading.Lock()
@@ -127,6 +131,8 @@ class PairWatch:
             if script in self.fetching:
                 return
             requests = progress.link.relay.requests()
+            if requests and script not in self.started:
+                self.started[script] = requests[0].at
             for request in requests[self._seen.get(script, 0):]:
                 if request.api_key == FETCH:
                     self.fetching[script] = request.at
@@ -143,8 +149,11 @@ class PairWatch:
 
     def signature(self) -> tuple:
         """What changes when a script does something: records produced, offsets committed, group or topic
-        changes (each relay's shape) and calls of the application."""
-        return tuple((script, p.link.shape(), len(p.channel.record)) for script, p in sorted(self.progress.items()))
+        changes (each relay's shape), calls of the application, and the clock (a retry consumer that waits
+        for a due time by polling a paused partition moves it a poll timeout at a time, with nothing else to
+        show for minutes of virtual time)."""
+        return tuple((script, p.link.shape(), len(p.channel.record), p.channel.clock.offset)
+                     for script, p in sorted(self.progress.items()))
 
     def busy(self) -> bool:
         """A thread of a learner process is running or waiting for a CPU (on a busy machine: not idle)."""
@@ -220,12 +229,17 @@ class LivePair:
     def running(self, script: str) -> bool:
         return not self._ended[script].is_set()
 
-    def wait_fetching(self, limit: float = FETCH_LIMIT) -> dict[str, float | None]:
-        """Wait until each script still running has sent its first Fetch (or `limit` real seconds); returns
-        script -> real time of its first Fetch (None: none yet)."""
-        began = time.monotonic()
-        while time.monotonic() - began < limit and not self.watch.cancelled.is_set():
-            if all(s in self.watch.fetching or not self.running(s) for s in self.scripts):
+    def wait_fetching(self, limit: float = FETCH_LIMIT, start_limit: float = START_LIMIT) -> dict[str, float | None]:
+        """Wait until each script still running has sent its first Fetch: at most `limit` real seconds after
+        the later first request of the two (a loaded machine starts interpreters slowly: that is not counted),
+        and `start_limit` in all. Returns script -> real time of its first Fetch (None: none yet)."""
+        began, wall = time.monotonic(), time.time()
+        while not self.watch.cancelled.is_set():
+            waiting = [s for s in self.scripts if s not in self.watch.fetching and self.running(s)]
+            if not waiting:
+                break
+            latest = max([wall, *self.watch.started.values()])
+            if time.time() - latest >= limit or time.monotonic() - began >= start_limit:
                 break
             time.sleep(LOOK / 2)
         self.times.waited_for_fetch = time.monotonic() - began

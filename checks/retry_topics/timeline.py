@@ -10,11 +10,12 @@ def real_time(call) -> float:
     return call.t - (call.offset or 0.0)
 
 
-def own_wait(view, earlier, later) -> float:
-    """Seconds a script waited between two of its calls: the real time between them plus the virtual
-    seconds its own sleeps (its ClockView's advances) moved the clock meanwhile; never the other script's."""
-    start, end = real_time(earlier), real_time(later)
-    return max(0.0, end - start) + view.advanced_between(start, end)
+def own_wait(view, earlier, until: float) -> float:
+    """Seconds a script waited from one of its calls to a real time (its next call, a Produce the relay
+    read): the real time between them plus the virtual seconds its own sleeps (its ClockView's advances)
+    moved the clock meanwhile; never the other script's."""
+    start = real_time(earlier)
+    return max(0.0, until - start) + view.advanced_between(start, until)
 
 
 def first_failure(calls) -> object | None:
