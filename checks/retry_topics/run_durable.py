@@ -167,13 +167,13 @@ class _Scenario:
         watch = RunWatch(self.clock, self.cancelled)
         pair = _Pair(self.learner, self.endpoint, self.app, self.clock, watch)
         alive = pair.all_alive
-        target = self.target["orderId"]
         record = dict(first=None, second=None, killed_at=None, kill_virtual=None, retry_produced_at=None,
                       batch_at=None, batch_handled=False)
         stable = _until(lambda: all(watch.fetching(s) for s in pair.runs), STABLE_WAIT, self.cancelled, alive)
         if stable:
             self.landed.update(_produce(self.endpoint, self.batch1))
-            _until(lambda: self.calls(target) >= 1, HANG_WAIT, self.cancelled, alive)
+            _until(lambda: self.notifier.hung or self._retry_produced_at(watch) is not None, HANG_WAIT,
+                   self.cancelled, alive)
             record["retry_produced_at"] = self._retry_produced_at(watch)
             _until(lambda: self.notifier.hung or self._spun(watch, record["retry_produced_at"]),
                    HANG_WAIT, self.cancelled, alive)

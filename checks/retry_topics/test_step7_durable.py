@@ -58,12 +58,17 @@ def _diagnose_loss(run, lost: list[str]) -> str:
 
 
 def test_a_kill_loses_and_repeats_nothing(durable_run, request):
-    run = durable_run
-    _attach(request.node, run)
+    _attach(request.node, durable_run)
+    judge(durable_run)
+
+
+def judge(run) -> None:
+    """Fail with what the kill lost or repeated, in the order a learner should fix it."""
     _require_the_kill(run)
     calls = durability.attempts(run)
-    restarted = "\n".join(durability.how_it_ran(r) for r in run.second.runs.values()
-                          if r.result is not None and r.result.stopped is None)
+    # a restarted consumer that ended by itself (crashed) is worth showing with a loss
+    ended = [durability.how_it_ran(r) for r in run.second.runs.values() if r.result is not None and r.result.stopped is None]
+    restarted = "\n" + tr("step7.after_restart", how="\n".join(ended)) if ended else ""
 
     # nothing that had succeeded is notified again (a group that never commits starts over)
     succeeded = [o for o, cs in calls.items()
@@ -81,7 +86,7 @@ def test_a_kill_loses_and_repeats_nothing(durable_run, request):
         order = run.target if run.target in short else short[0]
         fail(tr(key, id=order, count=len(short), merchant=run.merchant(order),
                 made=len(calls.get(order, [])), expected=durability.expected_calls(run, order),
-                why=_diagnose_loss(run, short), how=restarted or "-"))
+                why=_diagnose_loss(run, short)) + restarted)
 
     # ... once each
     extra = [o for o in (c["orderId"] for c in run.published)
