@@ -1,5 +1,5 @@
 """retry-topics step 7 (durable) and the advanced checks bounded-concurrency and quiet-wait: the hanging
-retries of the durable run, the reading of retry fields, the reference's verdicts in a whole grading, and
+retries of the durable run, the reference's verdicts in a whole grading, and
 step 7's run of the reference with one change at a time that each check must catch."""
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from retrylab import i18n
 from retrylab.appchannel import Argument
 from retrylab.brokers.kafka import BROKER
 from retrylab.brokers.kafka.backend import TansuBackend
-from retrylab.brokers.kafka.state import KafkaRecord
-from retrylab.checks.retry_topics import durability
 from retrylab.checks.retry_topics.hangs import HangingRetries
-from retrylab.checks.retry_topics.run_durable import callback, observe_durable
+from retrylab.checks.retry_topics.run_durable import observe_durable
 from retrylab.checks.retry_topics.test_advanced_bounded_concurrency import \
     test_a_burst_of_failures_does_not_grow_the_threads as bounded_concurrency
 from retrylab.checks.retry_topics.test_advanced_quiet_wait import \
     test_the_retry_consumer_waits_without_spinning as quiet_wait
 from retrylab.checks.retry_topics.test_step7_durable import judge as durable
 from retrylab.fixtures.retry_topics import corpus
+from retrylab.fixtures.retry_topics.callbacks import new_callback as callback
 from retrylab.fixtures.retry_topics.notifier import NotifyError
 from retrylab.fixtures.retry_topics.notifier_app import NotifierApp
 from retrylab.grading import grade
@@ -52,28 +51,6 @@ def test_only_the_first_retry_of_a_target_hangs_and_only_while_armed():
     app.disarm()
     assert isinstance(_notify(app, later).error, NotifyError)       # disarmed before its retry came
     assert app.hung == [(target["orderId"], 2)]
-
-
-# -- retry fields --------------------------------------------------------------------------------------
-
-def _record(value: bytes, headers=()) -> KafkaRecord:
-    return KafkaRecord("callbacks.retry", 0, 0, b"ord-1", value, tuple(headers), 0)
-
-
-@pytest.mark.parametrize("record", [
-    _record(b'{"orderId": "ord-1"}', [("retryTimes", b"2"), ("nextRetryTime", b"1700000000123")]),
-    _record(b'{"payload": {"orderId": "ord-1"}, "retryTimes": 2, "nextRetryTime": 1700000000123}'),
-    _record(b'{"payload": "{\\"orderId\\": \\"ord-1\\"}", "retryTimes": "2", "nextRetryTime": "1700000000123"}'),
-    _record(b'{"orderId": "ord-1", "merchant": "down", "retryTimes": 2, "nextRetryTime": 1700000000123}'),
-], ids=["headers", "envelope", "envelope-text", "flat"])
-def test_retry_fields_are_read_from_headers_or_the_json_value(record):
-    assert durability.retry_field(record, "retryTimes") == 2
-    assert durability.retry_field(record, "nextRetryTime") == 1700000000123
-
-
-def test_a_record_without_retry_fields_has_none():
-    assert durability.retry_field(_record(b"not json"), "retryTimes") is None
-    assert durability.retry_field(_record(b'{"retryTimes": "two"}'), "retryTimes") is None
 
 
 # -- whole gradings and runs ---------------------------------------------------------------------------

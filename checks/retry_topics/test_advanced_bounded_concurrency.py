@@ -2,7 +2,7 @@
 failing callbacks at once, each first retry hanging where it is made)."""
 import pytest
 
-from retrylab.checks.retry_topics import durability, lab, waiting
+from retrylab.checks.retry_topics import lab, observe, waiting
 from retrylab.checks.retry_topics.catalog import tr
 from retrylab.checks.retry_topics.run_durable import BURST
 from retrylab.verdict import fail
@@ -25,7 +25,7 @@ def test_a_burst_of_failures_does_not_grow_the_threads(durable_run):
         ended = waiting.ended_in_burst(run, script)
         if ended is not None:
             fail(tr("advanced_msg.bounded-concurrency.ended", script=script, burst=BURST,
-                    how=durability.how_it_ran(ended)))
+                    how=observe.how_it_ran(ended)))
         before, peak = growth
         if peak - before >= GROWTH_LIMIT:
             fail(tr("advanced_msg.bounded-concurrency.grew", script=script, burst=BURST, before=before, peak=peak))
