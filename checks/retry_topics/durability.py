@@ -6,11 +6,9 @@ ended: the retry it was must be made again after the restart, so it adds one to 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from retrylab.checks.retry_topics import lab
-from retrylab.verdict import indent
+from retrylab.checks.retry_topics import lab, records
 
 EARLY_TOLERANCE = 1.0   # seconds of virtual time: nextRetryTime is in whole milliseconds
 
@@ -45,26 +43,10 @@ def expected_calls(run, order: str) -> int:
     return lab.EXPECTED_CALLS[run.merchant(order)] + sum(1 for o, _ in run.hung if o == order)
 
 
-# -- the retry fields of a record (headers, or a JSON envelope, or merged into the payload) -----------
+# -- the retry fields of a record (records.py reads every shape LAB.md accepts) ---------------------------
 
-def _number(value) -> int | None:
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode("utf-8", "replace")
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-
-
-def retry_field(record, name: str) -> int | None:
-    for key, value in record.headers:
-        if key == name and value is not None:
-            return _number(value)
-    try:
-        body = json.loads(record.value) if record.value else None
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return _number(body.get(name)) if isinstance(body, dict) and name in body else None
+def retry_field(run, record, name: str) -> int | None:
+    return records.whole_number(records.recognise(record, list(run.published)).fields.get(name))
 
 
 def retry_records(state, order: str) -> list:
@@ -73,10 +55,10 @@ def retry_records(state, order: str) -> list:
             for r in records if r.key == order.encode()]
 
 
-def due(state, order: str, failures: int) -> float | None:
+def due(run, order: str, failures: int) -> float | None:
     """nextRetryTime (epoch seconds) of the order's retry record with retryTimes = `failures`."""
-    times = [retry_field(r, lab.NEXT_RETRY_TIME) for r in retry_records(state, order)
-             if retry_field(r, lab.RETRY_TIMES) == failures]
+    times = [retry_field(run, r, lab.NEXT_RETRY_TIME) for r in retry_records(run.state, order)
+             if retry_field(run, r, lab.RETRY_TIMES) == failures]
     times = [t for t in times if t is not None]
     return min(times) / 1000 if times else None
 
@@ -88,7 +70,7 @@ def early_retries(run) -> list[tuple[str, float, float]]:
         failures = 0
         for attempt in calls:
             if attempt.after_kill and failures:
-                when = due(run.state, order, failures)
+                when = due(run, order, failures)
                 if when is not None and attempt.t < when - EARLY_TOLERANCE:
                     found.append((order, attempt.t, when))
             failures += attempt.outcome == "error"
@@ -124,9 +106,9 @@ def _source(run, script: str, record) -> tuple[str, int, int] | None:
     if script == lab.MAIN_SCRIPT:
         where = run.landed.get(order)
         return (lab.TOPIC, *where) if where else None
-    failures = retry_field(record, lab.RETRY_TIMES)
+    failures = retry_field(run, record, lab.RETRY_TIMES)
     earlier = [r for r in retry_records(run.state, order)
-               if failures is not None and retry_field(r, lab.RETRY_TIMES) == failures - 1]
+               if failures is not None and retry_field(run, r, lab.RETRY_TIMES) == failures - 1]
     return (lab.RETRY_TOPIC, earlier[0].partition, earlier[0].offset) if earlier else None
 
 
@@ -154,12 +136,3 @@ def commits_before_handing_on(run) -> list[EarlyCommit]:
                     if early is not None:
                         found.append(EarlyCommit(script, record.key.decode("utf-8", "replace"), *source, topic))
     return found
-
-
-def how_it_ran(script_run) -> str:
-    """How a run ended, with the end of its stderr when it crashed or was stopped at its time limit."""
-    result = script_run.result
-    text = result.describe()
-    if (result.crashed or result.stopped == "timeout") and result.stderr_tail():
-        text += ":\n" + indent(result.stderr_tail())
-    return text

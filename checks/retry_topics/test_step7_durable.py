@@ -3,20 +3,13 @@
 (its retry or DLQ record stored) before its offset is committed."""
 import pytest
 
-from retrylab.checks.retry_topics import durability, lab
+from retrylab.checks.retry_topics import durability, lab, observe
 from retrylab.checks.retry_topics.catalog import tr
-from retrylab.checks.retry_topics.run_durable import BURST, HANG_WAIT, STABLE_WAIT
-from retrylab.plugin import attach_output
+from retrylab.checks.retry_topics.pair import START_LIMIT
+from retrylab.checks.retry_topics.run_durable import BURST, HANG_WAIT
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(7)
-
-
-def _attach(node, run) -> None:
-    halves = [h for h in (run.first, run.second) if h is not None]
-    text = "\n".join((r.result.stdout + r.result.stderr).strip() for h in halves for r in h.runs.values()
-                     if r.result is not None)
-    attach_output(node, text.strip())
 
 
 def _require_the_kill(run) -> None:
@@ -28,9 +21,9 @@ def _require_the_kill(run) -> None:
         fail(tr("observe.script_missing", script=missing))
     ended = [r for r in run.first.runs.values() if r.result.stopped is None]
     if ended:
-        fail(tr("step7.ended_early", script=ended[0].result.script, how=durability.how_it_ran(ended[0])))
-    if run.batch_at is None:
-        fail(tr("step7.never_read", seconds=STABLE_WAIT, group=lab.MAIN_GROUP, retry_group=lab.RETRY_GROUP))
+        fail(tr("step7.ended_early", script=ended[0].result.script, how=observe.how_it_ran(ended[0])))
+    if not all(run.first.fetching.values()):
+        fail(tr("step7.never_read", seconds=START_LIMIT, group=lab.MAIN_GROUP, retry_group=lab.RETRY_GROUP))
     calls = durability.attempts(run).get(run.target, [])
     if not calls:
         fail(tr("step7.target_not_notified", id=run.target))
@@ -43,7 +36,7 @@ def _diagnose_loss(run, lost: list[str]) -> str:
     in_memory = [o for o, cs in calls.items() if sum(1 for a in cs if a.script == lab.MAIN_SCRIPT) > 1]
     if in_memory:
         return tr("step7.why_in_memory", id=in_memory[0], script=lab.MAIN_SCRIPT)
-    committed = run.first.committed.get(lab.RETRY_SCRIPT, {})
+    committed = run.first.committed(lab.RETRY_SCRIPT)
     pending = [r for o in lost for r in durability.retry_records(run.state, o)]
     uncommitted = sorted({r.partition for r in pending
                           if (lab.RETRY_GROUP, lab.RETRY_TOPIC, r.partition) not in committed})
@@ -58,18 +51,28 @@ def _diagnose_loss(run, lost: list[str]) -> str:
 
 
 def test_a_kill_loses_and_repeats_nothing(durable_run, request):
-    run = durable_run
-    _attach(request.node, run)
+    observe.attach(request.node, *(r for h in (durable_run.first, durable_run.second) if h is not None
+                                   for r in h.runs.values()))
+    judge(durable_run)
+
+
+def judge(run) -> None:
+    """Fail with what the kill lost or repeated, in the order a learner should fix it."""
+    for half in (run.first, run.second):
+        for script_run in (half.runs.values() if half is not None else ()):
+            if not script_run.missing:
+                observe.require_honest_calls(script_run)
     _require_the_kill(run)
     calls = durability.attempts(run)
-    restarted = "\n".join(durability.how_it_ran(r) for r in run.second.runs.values()
-                          if r.result is not None and r.result.stopped is None)
+    # a restarted consumer that ended by itself (crashed) is worth showing with a loss
+    ended = [observe.how_it_ran(r) for r in run.second.runs.values() if r.result is not None and r.result.stopped is None]
+    restarted = "\n" + tr("step7.after_restart", how="\n".join(ended)) if ended else ""
 
     # nothing that had succeeded is notified again (a group that never commits starts over)
     succeeded = [o for o, cs in calls.items()
                  if any(a.outcome == "ok" and not a.after_kill for a in cs) and any(a.after_kill for a in cs)]
     if succeeded:
-        committed = run.first.committed.get(lab.MAIN_SCRIPT, {})
+        committed = run.first.committed(lab.MAIN_SCRIPT)
         fail(tr("step7.renotified", count=len(succeeded), id=succeeded[0], group=lab.MAIN_GROUP,
                 commits=sum(1 for k in committed if k[0] == lab.MAIN_GROUP)))
 
@@ -81,7 +84,7 @@ def test_a_kill_loses_and_repeats_nothing(durable_run, request):
         order = run.target if run.target in short else short[0]
         fail(tr(key, id=order, count=len(short), merchant=run.merchant(order),
                 made=len(calls.get(order, [])), expected=durability.expected_calls(run, order),
-                why=_diagnose_loss(run, short), how=restarted or "-"))
+                why=_diagnose_loss(run, short)) + restarted)
 
     # ... once each
     extra = [o for o in (c["orderId"] for c in run.published)

@@ -48,3 +48,17 @@ def thread_growth(run, script: str) -> tuple[int, int] | None:
     if not before or not during:
         return None
     return before[-1], max(during)
+
+
+def ended_in_burst(run, script: str):
+    """The script's first run, if it ended by itself (neither killed nor stopped by the harness) once the
+    second batch had come: a process that runs out of threads (or of memory for them) ends so."""
+    script_run = run.first.runs.get(script) if run.first else None
+    if run.batch_at is None or script_run is None or script_run.missing:
+        return None
+    result = script_run.result
+    killed = run.killed_at is not None and result.returncode == -9
+    if result.stopped is not None or killed:
+        return None
+    samples = run.first.samples.get(script, ())
+    return script_run if samples and samples[-1].at > run.batch_at else None
