@@ -1,5 +1,5 @@
 """Step 1 (consume): every ok callback notified exactly once, by either script, and group notifier's
-committed offsets at the end of each partition of callbacks (ends from the harness's own delivery
+committed offsets at the end of each partition of callbacks, exactly (neither short of it nor past it) (ends from the harness's own delivery
 reports; committed offsets as the broker reports them after the run)."""
 from __future__ import annotations
 
@@ -28,3 +28,5 @@ def verify(main_run) -> None:
             fail(tr("step1.not_committed", group=lab.MAIN_GROUP, topic=topic, partition=partition, end=end))
         if offset < end:
             fail(tr("step1.behind", group=lab.MAIN_GROUP, topic=topic, partition=partition, offset=offset, end=end))
+        if offset > end:    # past every record: a restart would find nothing there (or be reset)
+            fail(tr("step1.beyond", group=lab.MAIN_GROUP, topic=topic, partition=partition, offset=offset, end=end))

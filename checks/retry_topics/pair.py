@@ -149,11 +149,13 @@ class PairWatch:
 
     def signature(self) -> tuple:
         """What changes when a script does something: records produced, offsets committed, group or topic
-        changes (each relay's shape), calls of the application, and the clock (a retry consumer that waits
-        for a due time by polling a paused partition moves it a poll timeout at a time, with nothing else to
-        show for minutes of virtual time)."""
-        return tuple((script, p.link.shape(), len(p.channel.record), p.channel.clock.offset)
-                     for script, p in sorted(self.progress.items()))
+        changes (each relay's shape) and calls of the application."""
+        return tuple((script, p.link.shape(), len(p.channel.record)) for script, p in sorted(self.progress.items()))
+
+    def clock(self) -> float:
+        """The shared clock's offset: a retry consumer that waits for a due time by polling a paused
+        partition moves it a poll timeout at a time, with nothing else to show for minutes of virtual time."""
+        return max((p.channel.clock.offset for p in list(self.progress.values())), default=0.0)
 
     def busy(self) -> bool:
         """A thread of a learner process is running or waiting for a CPU (on a busy machine: not idle)."""
@@ -254,6 +256,9 @@ class LivePair:
         auto-commit may still come); both runs ended; `limit` real seconds. Then stop both; returns why."""
         began = time.monotonic()
         signature, changed, done_since = None, began, None
+        # neither the clock moving nor a learner thread running (or waiting for a CPU) is work done, but
+        # neither is quiet: the first is a paused retry consumer waiting for its due time, the second a busy machine
+        clock, moved, active = None, began, began
         stop = None
         while stop is None:
             now = time.monotonic()
@@ -264,9 +269,13 @@ class LivePair:
             elif now - began >= limit:
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{limit:g}"))
             else:
-                current = self.watch.signature()
-                if current != signature or self.watch.busy():
+                current, offset = self.watch.signature(), self.watch.clock()
+                if current != signature:
                     signature, changed = current, now
+                if offset != clock:
+                    clock, moved = offset, now
+                if self.watch.busy():
+                    active = now
                 capped = cap(self.watch)
                 if capped:
                     stop = Stop(Reason.CAP, capped)
@@ -277,7 +286,7 @@ class LivePair:
                 else:
                     done_since = None
                     quiet = QUIET_COMMITS if work_done(self.watch) else QUIET
-                    if now - changed >= quiet:
+                    if now - max(changed, moved, active) >= quiet:
                         stop = Stop(Reason.CAP, tr("pair.quiet", seconds=f"{quiet:g}"))
             if stop is None:
                 time.sleep(LOOK)

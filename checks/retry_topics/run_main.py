@@ -14,7 +14,7 @@ one DLQ record, K 3 calls (paid twice, refunded once).
 
 The run ends (pair.LivePair.settle) when that outcome is complete, with both groups' offsets at the ends of
 what they read, and stays so for DONE_SETTLE; when one order was notified more than CALLS_FOREVER times
-(retrying without end) or the learner produced more than FLOOD retry records; when nothing changed for a
+(retrying without end) or the learner produced more than FLOOD records meanwhile; when nothing changed for a
 while; or at SETTLE_LIMIT. Then the broker is read (every record, committed offsets).
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from retrylab.runner import ScriptRun
 from retrylab.settle import Stop
 
 CALLS_FOREVER = 2 * lab.MAX_ATTEMPTS    # calls for one order: beyond that the pair retries without end
-FLOOD = 100                             # records the learner produced to callbacks.retry (a correct pair: 6)
+FLOOD = 100     # records the learner produced, any topic, once the callbacks were (a correct pair: 6 + 1)
 REFUNDED = "refunded"
 
 
@@ -141,13 +141,16 @@ def _policy(scenario: Scenario, placed: list[pair.Placed], app: NotifierApp):
         return all(committed.get((lab.MAIN_GROUP, t, p), -1) >= end for (t, p), end in ends.items()) \
             and all(committed.get((lab.RETRY_GROUP, t, p), -1) >= end for (t, p), end in retry_ends.items())
 
+    before: list[int] = []      # records the scripts had produced when the settling began
+
     def cap(watch) -> str | None:
         most = max(app.calls.values(), default=0)
         if most > CALLS_FOREVER:
             return tr("main.retries_forever", count=most, most=lab.MAX_ATTEMPTS)
-        retried = sum(pair.produced_ends(watch.requests(), lab.RETRY_TOPIC).values())
-        if retried > FLOOD:
-            return tr("main.flood", count=retried, topic=lab.RETRY_TOPIC)
+        produced = sum(n for p in list(watch.progress.values()) for n in p.link.relay.produced().values())
+        before[:] = before or [produced]
+        if produced - before[0] > FLOOD:
+            return tr("main.flood", count=produced - before[0], callbacks=len(placed))
         return None
 
     return done, cap, calls_made
