@@ -10,10 +10,10 @@ partitions until its session ends: a restart takes 2-3.5 s at 2000 ms, 4 s at 30
    time, and cannot take anything else. Meanwhile retry_consumer.py's CPU is sampled while the target's
    retry is pending and not due (quiet-wait).
 2. Then a second batch: `ok`s, `flaky-1`, `flaky-2`, `down` and a burst of BURST more `down`s, whose first
-   retries would hang too. consumer.py handles them all (notify, retry records, commits) while their retries
-   pend on callbacks.retry, behind the hung one. The threads of both scripts are sampled (bounded-concurrency).
-   retry_consumer.py has committed nothing yet: a group without a commit that starts at `latest` after the
-   restart skips every one of those retries.
+   retries would hang too (where a thread per failure makes them at once). consumer.py handles them all
+   (notify, retry records, commits) while their retries pend on callbacks.retry, behind the hung one. The
+   threads of both scripts are sampled (bounded-concurrency). retry_consumer.py has committed nothing yet:
+   a group without a commit that starts at `latest` after the restart skips every one of those retries.
 3. Once the main group has committed the ends of its partitions, both consumers are killed at once
    (SIGKILL), the hang is disarmed, and both start again on the same broker and the same clock (which never
    goes back: the restarted processes take it where the killed ones left it). The run ends once every
@@ -42,7 +42,8 @@ from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, Stop
 
 SESSION_MS = 2000       # measured restarts (first Fetch of both): 1.7-3.5 s at 2000, 2.3-3.2 at 1500, 2.7-4.7 at 3000
-BURST = 12              # failing callbacks at once in the second batch (bounded-concurrency)
+BURST = 6               # more `down` callbacks in the second batch (every one costs the restart 2 retries, ~0.1 s each)
+FAILURES = BURST + 3    # failing callbacks in the second batch, all at once (bounded-concurrency)
 HANG_WAIT = 5.0         # real seconds after the first batch for the target's retry to come (and hang)
 SPIN_CPU = 0.5          # CPU seconds of retry_consumer.py with the target's retry pending: enough to judge its wait
 BATCH_WAIT = 6.0        # real seconds for consumer.py to handle and commit the second batch
@@ -79,7 +80,7 @@ class Half:
 class DurableRun:
     published: tuple[dict, ...]
     target: str                         # the order whose first retry hung
-    burst: tuple[str, ...]              # the second batch's BURST orders whose first retry would hang too
+    burst: tuple[str, ...]              # the second batch's BURST `down` orders
     landed: dict[str, tuple[int, int]]  # order id -> (partition, offset) on callbacks
     first: Half                         # until the kill (or until the harness gave up waiting for the hang)
     second: Half | None                 # None: nothing was killed, so nothing restarted
@@ -118,7 +119,8 @@ class _Scenario:
         self.burst = [c["orderId"] for c in burst]
         self.notifier = NotifierApp(self.batch1 + self.batch2)
         self.app = HangingRetries(self.notifier)
-        self.app.target(self.target["orderId"], *self.burst)
+        # every failing callback's first retry would hang: a thread per failure keeps one more thread per callback
+        self.app.target(*(c["orderId"] for c in [self.target] + self.batch2 if c["merchant"] != lab.OK))
         self.shared, self.main_clock, self.retry_clock = pair_clocks(lab.MAIN_SCRIPT, lab.RETRY_SCRIPT)
         self.landed: dict[str, tuple[int, int]] = {}
         self.samples: dict[str, list[Sample]] = {}
