@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.brokers.kafka.state import KafkaState, read_state
-from retrylab.checks.retry_topics import lab, pair
+from retrylab.checks.retry_topics import lab, pair, waiting
 from retrylab.checks.retry_topics.clock import pair_clocks
 from retrylab.checks.retry_topics.hangs import HangingRetries
 from retrylab.checks.retry_topics.runs import RUNS
@@ -44,7 +44,8 @@ from retrylab.settle import Reason, Stop
 SESSION_MS = 2000       # measured restarts (first Fetch of both): 1.7-3.5 s at 2000, 2.3-3.2 at 1500, 2.7-4.7 at 3000
 BURST = 6               # more `down` callbacks in the second batch (every one costs the restart 2 retries, ~0.1 s each)
 FAILURES = BURST + 3    # failing callbacks in the second batch, all at once (bounded-concurrency)
-HANG_WAIT = 5.0         # real seconds after the first batch for the target's retry to come (and hang)
+HANG_WAIT = 15.0        # real seconds after the first batch for the target's retry to come (and hang): a consumer that
+                        # pauses and polls toward it takes 600 polls (each a virtual wait of 1 s)
 SPIN_CPU = 0.5          # CPU seconds of retry_consumer.py with the target's retry pending: enough to judge its wait
 BATCH_WAIT = 6.0        # real seconds for consumer.py to handle and commit the second batch
 SETTLE = 0.3            # real seconds left, once it has, for a thread started per failure to reach its retry
@@ -185,12 +186,15 @@ class _Scenario:
         return found[0] if found else None
 
     def _spun(self) -> bool:
-        """retry_consumer.py has had SPIN_CPU seconds of CPU since the target's retry record was produced."""
+        """retry_consumer.py has had SPIN_CPU seconds of CPU since the target's retry record was produced, and
+        spins (waiting.spins): enough to judge its wait, which will not end soon. A consumer that pauses and
+        polls toward the due time may use as much CPU, for ten minutes of the clock, and is waited for."""
         since, samples = self.facts["retry_produced_at"], self.samples.get(lab.RETRY_SCRIPT, [])
         if since is None or not samples:
             return False
-        before = [s.cpu for s in samples if s.at <= since]
-        return samples[-1].cpu - (before[-1] if before else 0.0) >= SPIN_CPU
+        before = [s for s in samples if s.at <= since][-1:] or samples[:1]
+        cpu, virtual = samples[-1].cpu - before[0].cpu, samples[-1].virtual - before[0].virtual
+        return cpu >= SPIN_CPU and waiting.spins(cpu, virtual)
 
     def _batch_handled(self, live: pair.LivePair) -> bool:
         if any(self.notifier.calls[c["orderId"]] < 1 for c in self.batch2):
