@@ -14,7 +14,8 @@ partitions until its session ends: a restart takes 2-3.5 s at 2000 ms, 4 s at 30
    (notify, retry records, commits) while their retries pend on callbacks.retry, behind the hung one. The
    threads of both scripts are sampled (bounded-concurrency). retry_consumer.py has committed nothing yet:
    a group without a commit that starts at `latest` after the restart skips every one of those retries.
-3. Once the main group has committed the ends of its partitions, both consumers are killed at once
+3. Once the main group has committed the ends of its partitions (and the hang has lasted HANG_HELD, two
+   auto-commits of AUTO_COMMIT_MS), both consumers are killed at once
    (SIGKILL), the hang is disarmed, and both start again on the same broker and the same clock (which never
    goes back: the restarted processes take it where the killed ones left it). The run ends once every
    callback has had all its attempts and held still for a moment, or nothing more happens for QUIET s.
@@ -49,6 +50,9 @@ HANG_WAIT = 15.0        # real seconds after the first batch for the target's re
 SPIN_CPU = 0.5          # CPU seconds of retry_consumer.py with the target's retry pending: enough to judge its wait
 BATCH_WAIT = 6.0        # real seconds for consumer.py to handle and commit the second batch
 SETTLE = 0.3            # real seconds left, once it has, for a thread started per failure to reach its retry
+AUTO_COMMIT_MS = 500    # the learners' auto-commit interval at most (the redirect lowers the clients' 5 s) ...
+HANG_HELD = 1.2         # ... and real seconds the hang lasts before the kill at least: an offset auto-committed
+                        # before its record was handled (confluent-kafka's default) is committed by then
 KILL_WAIT = 10.0        # real seconds for a killed run to be reaped (the supervisor's own budget is 5)
 LOOK = 0.02             # real seconds between two looks (and samples) of the harness
 
@@ -166,10 +170,11 @@ class _Scenario:
         self._until(live, lambda: self.notifier.hung or self._retry_produced_at(live) is not None, HANG_WAIT)
         self.facts["retry_produced_at"] = self._retry_produced_at(live)
         self._until(live, lambda: self.notifier.hung or self._spun(), HANG_WAIT)
+        hung_at = time.monotonic()
         self.facts["batch_at"] = time.time()
         self._produce(self.batch2)
         self.facts["batch_handled"] = self._until(live, lambda: self._batch_handled(live), BATCH_WAIT)
-        self._until(live, lambda: False, SETTLE)
+        self._until(live, lambda: False, max(SETTLE, HANG_HELD - (time.monotonic() - hung_at)))
         if self.notifier.hung and all(live.running(s) for s in live.scripts) and not self.cancelled.is_set():
             self.facts["killed_at"] = time.time()
             for progress in list(live.watch.progress.values()):
@@ -222,7 +227,8 @@ class _Scenario:
 @RUNS.observer("durable_run")
 def observe_durable(learner, kafka_backend, cancelled=None) -> DurableRun:
     with kafka_backend.private() as endpoint:
-        endpoint = dataclasses.replace(endpoint, learner_session_timeout_ms=SESSION_MS)
+        endpoint = dataclasses.replace(endpoint, learner_session_timeout_ms=SESSION_MS,
+                                       learner_auto_commit_ms=AUTO_COMMIT_MS)
         pair.create_topics(endpoint)
         scenario = _Scenario(learner, endpoint, cancelled or threading.Event())
         first = scenario.first_half()
