@@ -10,11 +10,12 @@ partitions until its session ends: a restart takes 2-3.5 s at 2000 ms, 4 s at 30
    time, and cannot take anything else. Meanwhile retry_consumer.py's CPU is sampled while the target's
    retry is pending and not due (quiet-wait).
 2. Then a second batch: `ok`s, `flaky-1`, `flaky-2`, `down` and a burst of BURST more `down`s, whose first
-   retries would hang too. consumer.py handles them all (notify, retry records, commits) while their retries
-   pend on callbacks.retry, behind the hung one. The threads of both scripts are sampled (bounded-concurrency).
-   retry_consumer.py has committed nothing yet: a group without a commit that starts at `latest` after the
-   restart skips every one of those retries.
-3. Once the main group has committed the ends of its partitions, both consumers are killed at once
+   retries would hang too (where a thread per failure makes them at once). consumer.py handles them all
+   (notify, retry records, commits) while their retries pend on callbacks.retry, behind the hung one. The
+   threads of both scripts are sampled (bounded-concurrency). retry_consumer.py has committed nothing yet:
+   a group without a commit that starts at `latest` after the restart skips every one of those retries.
+3. Once the main group has committed the ends of its partitions (and the hang has lasted HANG_HELD, two
+   auto-commits of AUTO_COMMIT_MS), both consumers are killed at once
    (SIGKILL), the hang is disarmed, and both start again on the same broker and the same clock (which never
    goes back: the restarted processes take it where the killed ones left it). The run ends once every
    callback has had all its attempts and held still for a moment, or nothing more happens for QUIET s.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.brokers.kafka.state import KafkaState, read_state
-from retrylab.checks.retry_topics import lab, pair
+from retrylab.checks.retry_topics import lab, pair, waiting
 from retrylab.checks.retry_topics.clock import pair_clocks
 from retrylab.checks.retry_topics.hangs import HangingRetries
 from retrylab.checks.retry_topics.runs import RUNS
@@ -42,11 +43,16 @@ from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, Stop
 
 SESSION_MS = 2000       # measured restarts (first Fetch of both): 1.7-3.5 s at 2000, 2.3-3.2 at 1500, 2.7-4.7 at 3000
-BURST = 12              # failing callbacks at once in the second batch (bounded-concurrency)
-HANG_WAIT = 5.0         # real seconds after the first batch for the target's retry to come (and hang)
+BURST = 6               # more `down` callbacks in the second batch (every one costs the restart 2 retries, ~0.1 s each)
+FAILURES = BURST + 3    # failing callbacks in the second batch, all at once (bounded-concurrency)
+HANG_WAIT = 15.0        # real seconds after the first batch for the target's retry to come (and hang): a consumer that
+                        # pauses and polls toward it takes 600 polls (each a virtual wait of 1 s)
 SPIN_CPU = 0.5          # CPU seconds of retry_consumer.py with the target's retry pending: enough to judge its wait
 BATCH_WAIT = 6.0        # real seconds for consumer.py to handle and commit the second batch
 SETTLE = 0.3            # real seconds left, once it has, for a thread started per failure to reach its retry
+AUTO_COMMIT_MS = 500    # the learners' auto-commit interval at most (the redirect lowers the clients' 5 s) ...
+HANG_HELD = 1.2         # ... and real seconds the hang lasts before the kill at least: an offset auto-committed
+                        # before its record was handled (confluent-kafka's default) is committed by then
 KILL_WAIT = 10.0        # real seconds for a killed run to be reaped (the supervisor's own budget is 5)
 LOOK = 0.02             # real seconds between two looks (and samples) of the harness
 
@@ -79,7 +85,7 @@ class Half:
 class DurableRun:
     published: tuple[dict, ...]
     target: str                         # the order whose first retry hung
-    burst: tuple[str, ...]              # the second batch's BURST orders whose first retry would hang too
+    burst: tuple[str, ...]              # the second batch's BURST `down` orders
     landed: dict[str, tuple[int, int]]  # order id -> (partition, offset) on callbacks
     first: Half                         # until the kill (or until the harness gave up waiting for the hang)
     second: Half | None                 # None: nothing was killed, so nothing restarted
@@ -118,7 +124,8 @@ class _Scenario:
         self.burst = [c["orderId"] for c in burst]
         self.notifier = NotifierApp(self.batch1 + self.batch2)
         self.app = HangingRetries(self.notifier)
-        self.app.target(self.target["orderId"], *self.burst)
+        # every failing callback's first retry would hang: a thread per failure keeps one more thread per callback
+        self.app.target(*(c["orderId"] for c in [self.target] + self.batch2 if c["merchant"] != lab.OK))
         self.shared, self.main_clock, self.retry_clock = pair_clocks(lab.MAIN_SCRIPT, lab.RETRY_SCRIPT)
         self.landed: dict[str, tuple[int, int]] = {}
         self.samples: dict[str, list[Sample]] = {}
@@ -163,10 +170,11 @@ class _Scenario:
         self._until(live, lambda: self.notifier.hung or self._retry_produced_at(live) is not None, HANG_WAIT)
         self.facts["retry_produced_at"] = self._retry_produced_at(live)
         self._until(live, lambda: self.notifier.hung or self._spun(), HANG_WAIT)
+        hung_at = time.monotonic()
         self.facts["batch_at"] = time.time()
         self._produce(self.batch2)
         self.facts["batch_handled"] = self._until(live, lambda: self._batch_handled(live), BATCH_WAIT)
-        self._until(live, lambda: False, SETTLE)
+        self._until(live, lambda: False, max(SETTLE, HANG_HELD - (time.monotonic() - hung_at)))
         if self.notifier.hung and all(live.running(s) for s in live.scripts) and not self.cancelled.is_set():
             self.facts["killed_at"] = time.time()
             for progress in list(live.watch.progress.values()):
@@ -183,12 +191,15 @@ class _Scenario:
         return found[0] if found else None
 
     def _spun(self) -> bool:
-        """retry_consumer.py has had SPIN_CPU seconds of CPU since the target's retry record was produced."""
+        """retry_consumer.py has had SPIN_CPU seconds of CPU since the target's retry record was produced, and
+        spins (waiting.spins): enough to judge its wait, which will not end soon. A consumer that pauses and
+        polls toward the due time may use as much CPU, for ten minutes of the clock, and is waited for."""
         since, samples = self.facts["retry_produced_at"], self.samples.get(lab.RETRY_SCRIPT, [])
         if since is None or not samples:
             return False
-        before = [s.cpu for s in samples if s.at <= since]
-        return samples[-1].cpu - (before[-1] if before else 0.0) >= SPIN_CPU
+        before = [s for s in samples if s.at <= since][-1:] or samples[:1]
+        cpu, virtual = samples[-1].cpu - before[0].cpu, samples[-1].virtual - before[0].virtual
+        return cpu >= SPIN_CPU and waiting.spins(cpu, virtual)
 
     def _batch_handled(self, live: pair.LivePair) -> bool:
         if any(self.notifier.calls[c["orderId"]] < 1 for c in self.batch2):
@@ -216,7 +227,8 @@ class _Scenario:
 @RUNS.observer("durable_run")
 def observe_durable(learner, kafka_backend, cancelled=None) -> DurableRun:
     with kafka_backend.private() as endpoint:
-        endpoint = dataclasses.replace(endpoint, learner_session_timeout_ms=SESSION_MS)
+        endpoint = dataclasses.replace(endpoint, learner_session_timeout_ms=SESSION_MS,
+                                       learner_auto_commit_ms=AUTO_COMMIT_MS)
         pair.create_topics(endpoint)
         scenario = _Scenario(learner, endpoint, cancelled or threading.Event())
         first = scenario.first_half()

@@ -1,10 +1,10 @@
-"""Advanced: a burst of failures does not grow the consumers' threads (run_durable.py's second batch: BURST
+"""Advanced: a burst of failures does not grow the consumers' threads (run_durable.py's second batch: FAILURES
 failing callbacks at once, each first retry hanging where it is made)."""
 import pytest
 
 from retrylab.checks.retry_topics import lab, observe, waiting
 from retrylab.checks.retry_topics.catalog import tr
-from retrylab.checks.retry_topics.run_durable import BURST
+from retrylab.checks.retry_topics.run_durable import FAILURES
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.advanced("bounded-concurrency")
@@ -21,11 +21,11 @@ def test_a_burst_of_failures_does_not_grow_the_threads(durable_run):
     for script in (lab.MAIN_SCRIPT, lab.RETRY_SCRIPT):
         growth = waiting.thread_growth(run, script)
         if growth is None:
-            fail(tr("advanced_msg.bounded-concurrency.not_tried", burst=BURST))
+            fail(tr("advanced_msg.bounded-concurrency.not_tried", burst=FAILURES))
         ended = waiting.ended_in_burst(run, script)
         if ended is not None:
-            fail(tr("advanced_msg.bounded-concurrency.ended", script=script, burst=BURST,
+            fail(tr("advanced_msg.bounded-concurrency.ended", script=script, burst=FAILURES,
                     how=observe.how_it_ran(ended)))
         before, peak = growth
         if peak - before >= GROWTH_LIMIT:
-            fail(tr("advanced_msg.bounded-concurrency.grew", script=script, burst=BURST, before=before, peak=peak))
+            fail(tr("advanced_msg.bounded-concurrency.grew", script=script, burst=FAILURES, before=before, peak=peak))

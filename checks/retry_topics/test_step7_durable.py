@@ -6,7 +6,7 @@ import pytest
 from retrylab.checks.retry_topics import durability, lab, observe
 from retrylab.checks.retry_topics.catalog import tr
 from retrylab.checks.retry_topics.pair import START_LIMIT
-from retrylab.checks.retry_topics.run_durable import BURST, HANG_WAIT
+from retrylab.checks.retry_topics.run_durable import HANG_WAIT
 from retrylab.verdict import fail
 
 pytestmark = pytest.mark.step(7)
@@ -65,7 +65,8 @@ def judge(run) -> None:
     _require_the_kill(run)
     calls = durability.attempts(run)
     # a restarted consumer that ended by itself (crashed) is worth showing with a loss
-    ended = [observe.how_it_ran(r) for r in run.second.runs.values() if r.result is not None and r.result.stopped is None]
+    ended = [observe.how_it_ran(r) for r in run.second.runs.values()
+             if r.result is not None and r.result.stopped is None]
     restarted = "\n" + tr("step7.after_restart", how="\n".join(ended)) if ended else ""
 
     # nothing that had succeeded is notified again (a group that never commits starts over)
@@ -92,7 +93,7 @@ def judge(run) -> None:
     if extra:
         order = extra[0]
         fail(tr("step7.repeated", id=order, merchant=run.merchant(order), made=len(calls[order]),
-                expected=durability.expected_calls(run, order), burst=BURST))
+                expected=durability.expected_calls(run, order)))
 
     # ... and not before they are due
     early = durability.early_retries(run)

@@ -6,6 +6,16 @@ from dataclasses import dataclass
 
 from retrylab.checks.retry_topics import lab
 
+BUSY_CPU = 0.2      # CPU seconds: less than this in a whole wait is no spin, whatever the clock did
+# CPU seconds per second of the clock waited through: a waiter that sleeps has ~0.0001; one that pauses and
+# polls with a timeout (each empty poll a virtual wait) ~0.003; one that keeps checking the time moves the
+# clock only as fast as real time, at whatever share of a CPU the machine gives it (0.1-1)
+BUSY_RATE = 0.02
+
+
+def spins(cpu: float, virtual: float) -> bool:
+    return cpu >= BUSY_CPU and cpu / max(virtual, 1e-3) > BUSY_RATE
+
 
 @dataclass(frozen=True)
 class Wait:
@@ -16,8 +26,8 @@ class Wait:
     retried: bool       # the window ended with the retry (else with the harness's patience)
 
     @property
-    def cpu_per_virtual_second(self) -> float:
-        return self.cpu / max(self.virtual, 1e-3)
+    def spins(self) -> bool:
+        return spins(self.cpu, self.virtual)
 
 
 def waiting(run) -> Wait | None:
