@@ -13,11 +13,8 @@ rebalance, e.g. a session that expired on a busy machine). Nothing here asserts;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -33,21 +30,10 @@ from retrylab.checks.retry_topics.test_advanced_quiet_wait import \
 from retrylab.checks.retry_topics.test_step7_durable import judge
 from retrylab.runner import LearnerRunner
 from retrylab.verdict import CheckFailed
+from retry_topics_bench import hogs     # its sibling: the same CPU hogs
 
 REFERENCE = Path(__file__).resolve().parent.parent / "solution" / "retry-topics"
 JOIN_GROUP = 11
-
-
-@contextlib.contextmanager
-def hogs(count: int):
-    """`count` busy processes beside the measurement, always killed after it."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 def verdicts(run) -> str:

@@ -53,6 +53,18 @@ def test_only_the_first_retry_of_a_target_hangs_and_only_while_armed():
     assert app.hung == [(target["orderId"], 2)]
 
 
+# -- the redirect's auto-commit cap (step 7's run sets it) ----------------------------------------------
+
+def test_the_redirect_caps_auto_commit_where_asked_and_leaves_it_alone_otherwise(monkeypatch):
+    from retrylab.brokers.kafka import redirect
+    assert "auto.commit.interval.ms" not in redirect._librdkafka_conf({"group.id": "g"}, "h:1", 2000, True)
+    monkeypatch.setattr(redirect, "_auto_commit_ms", 500)
+    assert redirect._librdkafka_conf({"group.id": "g"}, "h:1", 2000, True)["auto.commit.interval.ms"] == 500
+    assert redirect._librdkafka_conf({"auto.commit.interval.ms": 100}, "h:1", 2000, True)["auto.commit.interval.ms"] == 100
+    assert redirect._python_configs({"auto_commit_interval_ms": 5000}, "h:1", 2000, True)["auto_commit_interval_ms"] == 500
+    assert "auto_commit_interval_ms" not in redirect._python_configs({}, "h:1", 2000, False)     # a producer
+
+
 # -- whole gradings and runs ---------------------------------------------------------------------------
 
 def test_the_reference_passes_step_7_and_both_advanced_checks():
