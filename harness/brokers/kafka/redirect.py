@@ -182,18 +182,18 @@ def _confluent_waits(base) -> dict:
     partitions assigned when paused: librdkafka keeps a partition paused while it is revoked and assigned
     again (measured with 2.16, after unassign()+assign() and after a rebalance), so a followed partition
     counts as paused while it is assigned."""
-    def has_paused(self) -> bool:
-        if not self._retrylab_paused:
-            return False
+    def assigned(self) -> set:
         try:
-            return bool(_partition_keys(base.assignment(self)) & self._retrylab_paused)
-        except RuntimeError:    # closed: the poll itself says so
-            return False
+            return _partition_keys(base.assignment(self))
+        except Exception:   # noqa: BLE001 - closed, or failing: its poll and pause say so themselves
+            return set()
+
+    def has_paused(self) -> bool:
+        return bool(self._retrylab_paused and assigned(self) & self._retrylab_paused)
 
     def pause(self, *args, **kwargs):
         base.pause(self, *args, **kwargs)
-        partitions = args[0] if args else kwargs.get("partitions", ())
-        self._retrylab_paused |= _partition_keys(partitions) & _partition_keys(base.assignment(self))
+        self._retrylab_paused |= _partition_keys(args[0] if args else kwargs.get("partitions", ())) & assigned(self)
 
     def resume(self, *args, **kwargs):
         base.resume(self, *args, **kwargs)
