@@ -116,6 +116,15 @@ def tree_running(root: int) -> bool:
     return False
 
 
+def tree_threads(root: int) -> int:
+    """Threads of every process below `root`, as their /proc status counts them now."""
+    total = 0
+    for pid in _tree(root):
+        threads = _status(pid, b"Threads:")
+        total += int(threads[0]) if threads else 0
+    return total
+
+
 def _status(pid: int, field: bytes) -> list[bytes] | None:
     """The values of one line of /proc/PID/status ("Uid:", "Threads:"), None if it is gone."""
     try:

@@ -245,6 +245,7 @@ class Sandbox:
         self.uid: int | None = None
         self.gid: int | None = None
         self._supervisor: int | None = None    # pid of the current run's supervisor, while it runs
+        self._process: subprocess.Popen | None = None  # the same, to signal it (Popen knows once it is reaped)
 
     @property
     def containment(self) -> Containment:
@@ -306,6 +307,23 @@ class Sandbox:
         pid = self._supervisor
         return pid is not None and procfs.tree_running(pid)
 
+    def learner_threads(self) -> int:
+        """Threads of the current run's learner processes now (0 between runs): what a check samples
+        to tell a worker that starts a thread per message from one whose threads stay bounded."""
+        pid = self._supervisor
+        return procfs.tree_threads(pid) if pid is not None else 0
+
+    def kill(self) -> None:
+        """End the current run's processes at once, with SIGKILL, as a crash or a power cut would: for a
+        check of what survives one. The run then ends as killed by that signal (not as stopped), and
+        whatever the learner meant to do on SIGTERM never runs. Nothing happens between runs."""
+        process = self._process
+        if process is not None:
+            try:
+                process.send_signal(STOP_NOW)
+            except ProcessLookupError:
+                pass
+
     def has(self, script: str) -> bool:
         return (self.workdir / script).is_file()
 
@@ -362,7 +380,7 @@ class Sandbox:
         out, err = CappedBuffer(self.limits.output_bytes), CappedBuffer(self.limits.output_bytes)
         readers = [_drain(proc.stdout, out), _drain(proc.stderr, err)]
         stopped = None
-        self._supervisor = proc.pid
+        self._supervisor, self._process = proc.pid, proc
         try:
             try:
                 while proc.poll() is None:
@@ -386,7 +404,7 @@ class Sandbox:
                 reader.join(timeout=2)
             report = _read_report(status_r)
         finally:
-            self._supervisor = None
+            self._supervisor, self._process = None, None
             os.close(status_r)
             if cgroup:
                 cgroups.remove(cgroup)

@@ -101,3 +101,26 @@ def test_processes_left_behind_in_the_group_are_killed(tmp_path):
                     "the child outlived grading"
         except OSError:
             continue
+
+
+def test_kill_ends_a_run_at_once_as_killed_and_its_sigterm_handler_never_runs(tmp_path):
+    """Sandbox.kill is a crash: SIGKILL to every process of the run, whatever it does on SIGTERM. The threads
+    it had are what learner_threads counted while it ran."""
+    # untimed waits: a learner's timed sleeps are the virtual clock's, and return at once
+    code = ("import signal, sys, threading\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('graceful', flush=True), sys.exit(0)))\n"
+            "for _ in range(4):\n    threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+            "print('ready', flush=True)\nthreading.Event().wait()\n")
+    folder = _submission(tmp_path, worker=code)
+    seen: list[int] = []
+    with Sandbox(folder) as box:
+        def stop_when() -> bool:
+            seen.append(box.learner_threads())
+            if max(seen) >= 5:      # the main thread and its four
+                box.kill()
+            return False
+        result = box.run("worker.py", env={}, timeout=30, stop_when=stop_when)
+        assert box.learner_threads() == 0   # between runs
+    assert result.stopped is None and result.returncode == -9, result
+    assert "graceful" not in result.stdout and result.seconds < 25
+    assert 5 <= max(seen) <= 8      # the script's threads, and a namespace's helper processes where there are some

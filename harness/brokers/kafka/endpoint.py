@@ -15,6 +15,9 @@ class Endpoint:
     # SIGKILL 11 s / 7 s / 1 s at 6000 / 3000 / 1000 ms; static membership rejoined after 6 s at each).
     # A check may ask for less with dataclasses.replace(endpoint, learner_session_timeout_ms=...).
     learner_session_timeout_ms: int = 6000
+    # the most auto.commit.interval.ms a learner's consumer gets (None: its client's own, 5 s): a check of what a
+    # kill loses lowers it, so that an offset auto-committed before its record was handled is committed by then
+    learner_auto_commit_ms: int | None = None
 
     @property
     def bootstrap(self) -> str:

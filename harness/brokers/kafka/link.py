@@ -38,6 +38,8 @@ class KafkaLink:
             self.relay = stack.enter_context(KafkaRelay((self.endpoint.host, self.endpoint.port)))
             env = {"RETRYLAB_BROKER_REDIRECT": str(REDIRECT),
                    "RETRYLAB_KAFKA_SESSION_TIMEOUT_MS": str(self.endpoint.learner_session_timeout_ms)}
+            if self.endpoint.learner_auto_commit_ms:
+                env["RETRYLAB_KAFKA_AUTO_COMMIT_MS"] = str(self.endpoint.learner_auto_commit_ms)
             if self.sandbox.isolated:
                 socket_path = self.sandbox.socket_path("kafka.sock")
                 self.relay.serve_unix(socket_path)

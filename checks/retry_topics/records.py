@@ -1,0 +1,147 @@
+"""Records on callbacks.retry and callbacks.dlq, read in the lab's terms: which callback a record carries,
+its retry fields, and which script produced it when.
+
+What LAB.md accepts as a retry or DLQ record's shape:
+- the original value (the same JSON object: byte for byte, or re-serialised, which notify cannot tell
+  apart) with the retry fields as headers (any client writes a header's value as bytes on the wire, so a
+  learner's str and bytes values read alike);
+- a JSON envelope: an object one of whose fields is the callback, as the object or as its JSON text,
+  with the retry fields beside it (or in headers);
+- a flat merge: the callback's own fields with the retry fields added.
+`retryTimes` and `nextRetryTime` are looked up in the headers first, then in the envelope; an integer, or
+its decimal text (a float with no fraction passes: JSON numbers from other languages).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from retrylab.checks.retry_topics import lab
+
+BYTES, ENVELOPE, MERGED = "bytes", "envelope", "merged"
+SHOWN = 80                  # characters of a learner's value shown in a message
+
+
+@dataclass(frozen=True)
+class Produced:
+    """Who produced a record, and when the relay read the request (real time)."""
+    script: str
+    at: float
+
+
+@dataclass(frozen=True)
+class LabRecord:
+    record: object                      # the KafkaRecord read from the broker
+    callback: dict | None               # the published callback it carries (None: none recognised)
+    form: str | None                    # BYTES, ENVELOPE, MERGED (None: no callback recognised)
+    fields: dict                        # retry fields: headers (decoded) and the envelope's own fields
+    produced: Produced | None = None
+
+    @property
+    def key(self) -> bytes | None:
+        return self.record.key
+
+    @property
+    def retry_times(self) -> int | None:
+        return whole_number(self.fields.get(lab.RETRY_TIMES))
+
+    @property
+    def next_retry_time(self) -> int | None:
+        return whole_number(self.fields.get(lab.NEXT_RETRY_TIME))
+
+    def texts(self) -> list[str]:
+        """Every header value and envelope field as text: where an error's text may be."""
+        return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in self.fields.values()]
+
+    @property
+    def where(self) -> str:
+        return f"{self.record.topic}[{self.record.partition}]@{self.record.offset}"
+
+
+def whole_number(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _json(data):
+    try:
+        return json.loads(data)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _headers(record) -> dict:
+    found = {}
+    for name, value in record.headers:
+        found.setdefault(name, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+    return found
+
+
+def recognise(record, published: list[dict]) -> LabRecord:
+    """Which published callback `record` carries, in which form, and its retry fields."""
+    fields = _headers(record)
+    value = _json(record.value) if record.value is not None else None
+    for callback in published:
+        if value == callback:
+            return LabRecord(record, callback, BYTES, fields)
+    if isinstance(value, dict):
+        for callback in published:
+            inner = next((k for k, v in value.items() if v == callback or (isinstance(v, str) and _json(v) == callback)),
+                         None)
+            if inner is not None:
+                own = {k: v for k, v in value.items() if k != inner}
+                return LabRecord(record, callback, ENVELOPE, {**own, **fields})
+        for callback in published:
+            if all(value.get(k) == v for k, v in callback.items()):
+                own = {k: v for k, v in value.items() if k not in callback}
+                return LabRecord(record, callback, MERGED, {**own, **fields})
+    return LabRecord(record, None, None, fields)
+
+
+def acked(requests):
+    """(topic, partition, first offset, records, real time) of each batch the broker accepted from these
+    Produce requests (the relay's record of them, with the broker's answers)."""
+    for request in requests:
+        counts = {(b.topic, b.partition): b.records for b in request.produced}
+        for ack in request.acked:
+            records = counts.get((ack.topic, ack.partition), 0)
+            if ack.error == 0 and ack.base_offset >= 0 and records > 0:
+                yield ack.topic, ack.partition, ack.base_offset, records, request.at
+
+
+def producers(runs: dict[str, object]) -> dict[tuple[str, int, int], Produced]:
+    """(topic, partition, offset) -> which script produced it and when. `runs`: script -> ScriptRun."""
+    found = {}
+    for script, run in runs.items():
+        for topic, partition, base, records, at in acked(run.commands if run is not None else ()):
+            for offset in range(base, base + records):
+                found[(topic, partition, offset)] = Produced(script, at)
+    return found
+
+
+def on_topic(state, topic: str, published: list[dict], made_by: dict | None = None) -> list[LabRecord]:
+    """The records of `topic` (every partition, in partition and offset order), each recognised."""
+    found = []
+    for (name, _partition), records in sorted(state.records.items()):
+        if name != topic:
+            continue
+        for record in records:
+            lab_record = recognise(record, published)
+            produced = (made_by or {}).get((record.topic, record.partition, record.offset))
+            found.append(LabRecord(lab_record.record, lab_record.callback, lab_record.form, lab_record.fields, produced))
+    return found
+
+
+def shown(data, limit: int = SHOWN) -> str:
+    """A learner's bytes or text as a message shows it: one line, bounded."""
+    text = data.decode("utf-8", "backslashreplace") if isinstance(data, (bytes, bytearray)) else str(data)
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,11 @@
+"""Advanced key-order (reported): a retried callback does not reorder later callbacks of its key."""
+import pytest
+
+from retrylab.checks.retry_topics import key_order, observe
+
+pytestmark = pytest.mark.advanced("key-order")
+
+
+def test_retry_keeps_the_order_of_a_key(main_run, request):
+    observe.attach(request.node, main_run.main, main_run.retry)
+    key_order.verify(main_run)

@@ -1,0 +1,146 @@
+"""retry-topics steps 1-6 and advanced key-order on the reference and on quick wrong variants of it (a copy
+of solution/retry-topics with one change each): each variant fails exactly the steps its mistake breaks,
+saying so; the reference passes 1-6 and is reported for reordering a key. The curated corpus is
+fixtures/retry_topics/submissions (its own test file); these variants pin the checks themselves."""
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from retrylab.brokers.kafka import BROKER
+from retrylab.brokers.kafka.backend import TansuBackend
+from retrylab.checks.retry_topics import (consume, dead_letter, key_order, nonblocking, retry_record,
+                                          success_stops, wait)
+from retrylab.checks.retry_topics.run_main import observe_main
+from retrylab.fixtures.retry_topics.corpus import REFERENCE
+from retrylab.grading import grade
+from retrylab.runner import LearnerRunner
+from retrylab.settle import Reason
+from retrylab.verdict import CheckFailed
+
+EXERCISE = "retry-topics"
+VERIFIERS = {1: consume, 2: nonblocking, 3: retry_record, 4: wait, 5: success_stops, 6: dead_letter}
+MAIN, RETRY = "consumer.py", "retry_consumer.py"
+
+# name -> ({script: [(old, new), ...]} or None: the file removed), the steps that fail, words of the first failure
+VARIANTS = {
+    "main-sleeps-until-due": (
+        {MAIN: [("producer.flush()    # stored", "producer.flush(); time.sleep(RETRY_INTERVAL_MS / 1000)    # stored")]},
+        {2}, "waited 600 s"),
+    "retry-not-waiting": ({RETRY: [("time.sleep(wait)", "pass")]}, {4}, "before the nextRetryTime"),
+    "dlq-without-error": (
+        {RETRY: [('headers = [("retryTimes", str(failed).encode()), ("lastError", str(error).encode())]',
+                  'headers = [("retryTimes", str(failed).encode())]')]}, {6}, "does not carry the last error"),
+    "key-lost-in-dlq": ({RETRY: [("producer.produce(DLQ_TOPIC, key=msg.key()", "producer.produce(DLQ_TOPIC, key=None")]},
+                        {6}, "not the original"),
+    # the key is lost for good: the DLQ record cannot have it either
+    "key-lost-in-retry": ({MAIN: [("producer.produce(RETRY_TOPIC, key=msg.key()", "producer.produce(RETRY_TOPIC, key=None")]},
+                          {3, 6}, "not the original"),
+    "retry-times-never-rises": ({RETRY: [("failed += 1", "failed = 1")]}, {6}, "notified 7 times"),
+    "main-never-commits": ({MAIN: [("consumer.commit(message=msg, asynchronous=False)", "pass")]}, {1}, "committed no offset"),
+    "retry-consumer-missing": ({RETRY: None}, {4, 5, 6}, "retry_consumer.py is missing"),
+}
+
+
+@pytest.fixture(scope="module")
+def kafka_backend():
+    backend = TansuBackend()
+    backend.start()
+    yield backend
+    backend.stop()
+
+
+def _variant(tmp_path, changes) -> str:
+    folder = tmp_path / "submission"
+    shutil.copytree(REFERENCE, folder, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
+    for script, edits in changes.items():
+        path = folder / script
+        if edits is None:
+            path.unlink()
+            continue
+        text = path.read_text()
+        for old, new in edits:
+            assert old in text, (script, old)
+            text = text.replace(old, new)
+        path.write_text(text)
+    return folder
+
+
+def _main_run(folder, kafka_backend):
+    learner = LearnerRunner(folder, application="retrylab.fixtures.retry_topics.notifier_app:NotifierApp",
+                            learner_imports=BROKER.learner_imports)
+    return observe_main(learner, kafka_backend, threading.Event())
+
+
+def _verdicts(run) -> dict[int, str]:
+    """step -> "" (passes) or the failure's message."""
+    found = {}
+    for number, module in VERIFIERS.items():
+        try:
+            module.verify(run)
+            found[number] = ""
+        except CheckFailed as failed:
+            found[number] = str(failed)
+    return found
+
+
+def test_the_reference_passes_1_to_6_ends_when_done_and_is_reported_for_key_order(kafka_backend):
+    run = _main_run(REFERENCE, kafka_backend)
+    assert _verdicts(run) == {n: "" for n in VERIFIERS}
+    assert run.stop.reason == Reason.DONE_WAITED, run.stop
+    with pytest.raises(CheckFailed, match="seed's design accepts this trade-off"):
+        key_order.verify(run)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_wrong_variant_fails_only_the_steps_its_mistake_breaks(name, tmp_path, kafka_backend):
+    changes, failing, words = VARIANTS[name]
+    run = _main_run(_variant(tmp_path, changes), kafka_backend)
+    verdicts = _verdicts(run)
+    assert {n for n, message in verdicts.items() if message} == failing, verdicts
+    first = verdicts[min(failing)]
+    assert words in first and "Traceback" not in first, first
+
+
+# consumer.py parks a key's later records behind its pending retry (on the retry topic, due at once): the
+# retry consumer, reading a partition in order, notifies them after the retried one
+KEEPS_KEY_ORDER = {MAIN: [
+    ("    consumer.subscribe([TOPIC])\n", "    consumer.subscribe([TOPIC])\n    parked = set()\n"),
+    ("            try:\n                notifier.notify(json.loads(msg.value()))\n"
+     "            except notifier.NotifyError as error:\n",
+     "            if msg.key() in parked:\n"
+     "                due = str(int(time.time() * 1000)).encode()\n"
+     "                producer.produce(RETRY_TOPIC, key=msg.key(), value=msg.value(),\n"
+     "                                 headers=[('retryTimes', b'0'), ('nextRetryTime', due)])\n"
+     "                producer.flush()\n"
+     "                consumer.commit(message=msg, asynchronous=False)\n"
+     "                continue\n"
+     "            try:\n                notifier.notify(json.loads(msg.value()))\n"
+     "            except notifier.NotifyError as error:\n                parked.add(msg.key())\n")]}
+
+
+def test_a_pair_that_keeps_a_keys_order_passes_key_order_and_steps_1_to_6(tmp_path, kafka_backend):
+    run = _main_run(_variant(tmp_path, KEEPS_KEY_ORDER), kafka_backend)
+    assert _verdicts(run) == {n: "" for n in VERIFIERS}
+    key_order.verify(run)
+
+
+def test_a_pair_retrying_without_end_is_stopped_as_such(tmp_path, kafka_backend):
+    changes, _failing, _words = VARIANTS["retry-times-never-rises"]
+    run = _main_run(_variant(tmp_path, changes), kafka_backend)
+    assert run.stop.reason == Reason.CAP and "without end" in run.stop.detail, run.stop
+
+
+def test_broken_submissions_fail_every_step_with_a_message_not_a_traceback(tmp_path):
+    (tmp_path / "empty").mkdir()
+    crashing = tmp_path / "crashing"
+    crashing.mkdir()
+    (crashing / MAIN).write_text("import confluent_kafka\nraise SystemExit('no broker configured')\n")
+    (crashing / RETRY).write_text("def main(:\n")
+    for folder, words in ((tmp_path / "empty", "consumer.py is missing"), (crashing, "no broker configured")):
+        report = grade(folder, exercise_id=EXERCISE, steps=tuple(VERIFIERS))
+        results = {r.number: r for r in report.lab_results if r.number in VERIFIERS}
+        assert {n: r.status for n, r in results.items()} == {n: "fail" for n in VERIFIERS}, report
+        assert words in results[1].message and "Traceback (most recent call last)" not in results[1].message
