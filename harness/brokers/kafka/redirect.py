@@ -310,7 +310,11 @@ def _real_waits(package: str) -> None:
     shims = {"threading": (threading, shim(threading, Event=Event))}
     clock = _virtual_clock()
     if clock is not None:
-        shims["time"] = (time, shim(time, sleep=clock._real_sleep))
+        # and a real monotonic clock: a client times its heartbeats, session and max.poll.interval by it,
+        # and another process's jump of the run's clock (a retry consumer sleeping ten minutes, seen here at
+        # the next reply of the application channel) made aiokafka leave its group (measured)
+        shims["time"] = (time, shim(time, sleep=clock._real_sleep, monotonic=clock._real_monotonic,
+                                    monotonic_ns=clock._real_monotonic_ns))
         asyncio = sys.modules.get("asyncio")    # not imported: no module of the package uses it
         if asyncio is not None and getattr(clock, "_real_asyncio_sleep", None) is not None:
             shims["asyncio"] = (asyncio, shim(asyncio, sleep=clock._real_asyncio_sleep))
