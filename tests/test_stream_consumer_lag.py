@@ -308,7 +308,9 @@ SAYS = {
     "lag-garbage": "consumer lag is",
     "lag-stderr-only": "printed nothing",
     "lag-once": "exited with status 0",
-    "lag-fabricated-curve": "agree with the group's lag",
+    # the harness's burst comes at a random moment: when it drains early, lag.py is stopped before the
+    # made-up curve falls, and the series that never drained is what fails it
+    "lag-fabricated-curve": ("agree with the group's lag", "never came back to 0"),
     "lag-random": "agree with the group's lag",
     "lag-block-buffered": "printed nothing",
     "lag-monotonic-clock": "not seconds since lag.py started",
@@ -335,4 +337,6 @@ def test_corpus_entry_gets_its_step5_verdict(entry, backend, shared_gradings):
     result = next(r for r in shared_gradings.entry(EXERCISE, entry, backend).lab_results if r.number == 5)
     assert result.status == entry.expect[5], f"{entry.id}: {entry.why}\n{result.message}"
     if entry.kind == "wrong":
-        assert SAYS[entry.name] in result.message and "Hint:" in result.message, result.message
+        says = SAYS[entry.name]
+        says = (says,) if isinstance(says, str) else says
+        assert any(s in result.message for s in says) and "Hint:" in result.message, result.message
