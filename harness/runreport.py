@@ -24,7 +24,12 @@ def how_it_ran(run: ScriptRun) -> str:
 
 
 def attach_runs(node, *runs: ScriptRun | None) -> None:
-    """Attach what the runs printed (stdout, then stderr, each run's in turn) to the check `node`."""
-    text = "\n".join((r.result.stdout + r.result.stderr).strip() for r in runs if r is not None and r.result)
-    if text.strip():
-        attach_output(node, text.strip())
+    """Attach what the runs printed (stdout, then stderr, each run's in turn) to the check `node`; when
+    more than one printed something, each part is headed by its script's name."""
+    printed = [(r.result.script, (r.result.stdout + r.result.stderr).strip())
+               for r in runs if r is not None and r.result is not None]
+    printed = [(script, text) for script, text in printed if text]
+    if len(printed) == 1:
+        attach_output(node, printed[0][1])
+    elif printed:
+        attach_output(node, "\n".join(f"--- {script}\n{text}" for script, text in printed))

@@ -3,7 +3,6 @@ learner process is left running; every step records how long it took."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal

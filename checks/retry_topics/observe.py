@@ -5,31 +5,9 @@ from retrylab.appchannel import describe_call_limit, describe_malformed
 from retrylab.calllog import MALFORMED
 from retrylab.checks.retry_topics import lab
 from retrylab.checks.retry_topics.catalog import tr
-from retrylab.plugin import attach_output
 from retrylab.runner import ScriptRun
-from retrylab.verdict import fail, indent
-
-
-def attach(node, *runs: ScriptRun | None) -> None:
-    parts = []
-    for run in runs:
-        if run is not None and run.result is not None:
-            text = (run.result.stdout + run.result.stderr).strip()
-            if text:
-                parts.append(f"--- {run.result.script}\n{text}")
-    if parts:
-        attach_output(node, "\n".join(parts))
-
-
-def how_it_ran(run: ScriptRun) -> str:
-    """One or more lines about how the script ended, with the end of its stderr if it crashed."""
-    result = run.result
-    if run.call_limit is not None:
-        return describe_call_limit(result.script, run.call_limit)
-    text = result.describe()
-    if (result.crashed or result.stopped == "timeout" or result.returncode not in (0, None)) and result.stderr_tail():
-        text += ":\n" + indent(result.stderr_tail())
-    return text
+from retrylab.runreport import how_it_ran
+from retrylab.verdict import fail
 
 
 def how_both_ran(main_run) -> str:

@@ -3,6 +3,7 @@
 (its retry or DLQ record stored) before its offset is committed."""
 import pytest
 
+from retrylab import runreport
 from retrylab.checks.retry_topics import durability, lab, observe
 from retrylab.checks.retry_topics.catalog import tr
 from retrylab.checks.retry_topics.pair import START_LIMIT
@@ -51,7 +52,7 @@ def _diagnose_loss(run, lost: list[str]) -> str:
 
 
 def test_a_kill_loses_and_repeats_nothing(durable_run, request):
-    observe.attach(request.node, *(r for h in (durable_run.first, durable_run.second) if h is not None
+    runreport.attach_runs(request.node, *(r for h in (durable_run.first, durable_run.second) if h is not None
                                    for r in h.runs.values()))
     judge(durable_run)
 
