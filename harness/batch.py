@@ -47,6 +47,7 @@ from typing import Callable, Iterable
 
 from retrylab import __version__, i18n, options, tempdirs
 from retrylab import exercise as exercises
+from retrylab.gradeworker import ForkedGrading, WarmPool, WarmUnavailable
 from retrylab.reporters.bounds import neutral
 
 STATE_SUFFIX = ".state.jsonl"
@@ -80,6 +81,7 @@ class BatchConfig:
     timeout: float | None = None     # per-submission wall limit; None: the steps' limits + OVERHEAD
     jobs: int = 1
     lang: str = i18n.DEFAULT         # of the reports and the reasons in the gradebook
+    warm: bool = True                # fork gradings from warm processes (gradeworker); False: each one cold
 
     def __post_init__(self):
         if self.exercise_id is None:
@@ -366,44 +368,36 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Path,
-                        running: _Running | None = None) -> dict:
-    """Grade one submission in a child process; always returns a row (status `error` with the reason
+                        running: _Running | None = None, warm: WarmPool | None = None) -> dict:
+    """Grade one submission in a process of its own (forked by a warm process of `warm` when one is
+    there, else a cold `python -m retrylab.batch`); always returns a row (status `error` with the reason
     when the grading dies, fails to report, or outlives the per-submission wall limit)."""
     running = running or _Running()
     result = workdir / f"{hashlib.sha256(submission.id.encode()).hexdigest()[:16]}.json"
     errlog = result.with_suffix(".stderr")
-    command = [sys.executable, "-m", "retrylab.batch", str(submission.path), str(result),
-               "--backend", config.backend, "--exercise", config.exercise_id, "--lang", config.lang]
+    argv = [str(submission.path), str(result), "--backend", config.backend, "--exercise", config.exercise_id,
+            "--lang", config.lang]
     if config.step_timeout is not None:
-        command += ["--step-timeout", repr(config.step_timeout)]
+        argv += ["--step-timeout", repr(config.step_timeout)]
     limit = config.wall_limit()
     started = time.monotonic()
-    ready_r, ready_w = os.pipe()
-    with errlog.open("wb") as err:
-        try:
-            proc = subprocess.Popen([*command, "--ready-fd", str(ready_w)], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-                                    pass_fds=(ready_w,))
-        except BaseException:
-            os.close(ready_r)
-            raise
-        finally:
-            os.close(ready_w)
+    proc, not_started = _forked(warm, argv, errlog), False
+    if proc is not None:
         running.add(proc)
-        timed_out = not_started = False
-        try:
-            with open(ready_r, "rb") as ready:  # a byte once it is up; EOF if it exits first
-                not_started = not _readable([ready], [], [], START_LIMIT)[0]
-            if not_started:
-                raise subprocess.TimeoutExpired(command, START_LIMIT)
-            proc.wait(timeout=limit)
-            with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
-                os.killpg(proc.pid, signal.SIGKILL)
-        except subprocess.TimeoutExpired:
-            timed_out = not not_started
-            _stop(proc)
-        finally:
-            running.discard(proc)
+    else:
+        proc, not_started = _started_cold(argv, errlog, running)
+    timed_out = False
+    try:
+        if not_started:
+            raise subprocess.TimeoutExpired(argv, START_LIMIT)
+        proc.wait(timeout=limit)
+        with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
+            os.killpg(proc.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:
+        timed_out = not not_started
+        _stop(proc)
+    finally:
+        running.discard(proc)
     seconds = time.monotonic() - started
     lang = config.lang  # labels are given it: this runs in a pool's thread, outside the caller's i18n.use
     if running.cancelled:
@@ -417,6 +411,37 @@ def grade_in_subprocess(submission: Submission, config: BatchConfig, workdir: Pa
     except (OSError, ValueError):
         return error_row(submission, _no_report(proc.returncode, _tail(errlog), lang), seconds, config)
     return row_from_report(submission, report, seconds, config)
+
+
+def _forked(warm: WarmPool | None, argv: list[str], errlog: Path) -> ForkedGrading | None:
+    """The grading forked by this thread's warm process; None when there is none to fork it."""
+    worker = warm.worker() if warm is not None else None
+    if worker is None:
+        return None
+    try:
+        return worker.start(argv, str(errlog), START_LIMIT)
+    except WarmUnavailable:
+        return None
+
+
+def _started_cold(argv: list[str], errlog: Path, running: _Running) -> tuple[subprocess.Popen, bool]:
+    """A cold `python -m retrylab.batch` (in `running` from the start), and whether it failed to come up
+    within START_LIMIT."""
+    ready_r, ready_w = os.pipe()
+    with errlog.open("wb") as err:
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "retrylab.batch", *argv, "--ready-fd", str(ready_w)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True, pass_fds=(ready_w,))
+        except BaseException:
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(ready_w)
+    running.add(proc)
+    with open(ready_r, "rb") as ready:  # a byte once it is up; EOF if it exits first
+        not_started = not _readable([ready], [], [], START_LIMIT)[0]
+    return proc, not_started
 
 
 def _no_report(returncode: int, tail: str, lang: str) -> str:
@@ -480,7 +505,10 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
     with contextlib.ExitStack() as cleanup, \
             concurrent.futures.ThreadPoolExecutor(max_workers=config.jobs) as pool:
         cleanup.callback(tempdirs.remove_tree, workdir)
-        futures = {pool.submit(grade_in_subprocess, s, config, workdir, running): (s, d) for s, d in todo}
+        warm = WarmPool(config.exercise_id, START_LIMIT) if config.warm and todo else None
+        if warm is not None:
+            cleanup.callback(warm.close)    # after the pool's threads are done (the ExitStack unwinds last)
+        futures = {pool.submit(grade_in_subprocess, s, config, workdir, running, warm): (s, d) for s, d in todo}
         try:
             for future in concurrent.futures.as_completed(futures):
                 submission, digest = futures[future]

@@ -29,6 +29,9 @@ def register(subparsers) -> None:
                        help="grade only shard I of N (a stable split by name hash, for CI matrices)")
     batch.add_argument("--timeout", type=float, metavar="SECONDS",
                        help="wall limit per submission (default: the sum of its steps' limits + 30 s)")
+    batch.add_argument("--cold", action="store_true",
+                       help="start every grading as a fresh interpreter, not forked from a warm process that "
+                            "did the imports and the containment probe once (slower; the grades are the same)")
     add_options(batch, options.STEP_TIMEOUT, options.ISOLATION, options.LANG)
 
 
@@ -72,7 +75,8 @@ def run(args) -> int:
     shard = validate(args)
     lang = i18n.resolve(args.lang)
     config = batch.BatchConfig(backend=args.backend, exercise_id=args.exercise, step_timeout=args.step_timeout,
-                               timeout=args.timeout, jobs=args.jobs, lang=lang)
+                               timeout=args.timeout, jobs=args.jobs, lang=lang,
+                               warm=not args.cold)
     submissions = batch.select(batch.discover(args.directory), shard)
     console = Console(stderr=True)
     errors_column = i18n.label("batch.errors", lang, errors="{task.fields[errors]}")  # rich fills it in

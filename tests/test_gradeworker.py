@@ -1,0 +1,127 @@
+"""grade-batch's warm grading processes (retrylab.gradeworker): each submission is still graded in a
+process of its own, in a group of its own, with the same rows as a cold grading; a warm process that
+cannot warm up leaves the batch cold, one that has forked its share is replaced, and one that dies under
+a grading gives that submission an error row and takes the grading's processes with it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from retrylab import batch, gradeworker
+from retrylab.fixtures.backoff_dlq import corpus
+
+ENTRIES = {e.id: e for e in corpus.entries()}
+MIX = ["correct/envelope-format", "wrong/schedule-short", "wrong/worker-drops-failed", "wrong/empty-directory"]
+# what a row says of a grade (seconds differ from run to run)
+GRADE = ("status", "score", "reason")
+
+
+def _materialize(root: Path, ids: list[str]) -> list[batch.Submission]:
+    for entry_id in ids:
+        ENTRIES[entry_id].materialize(root / ENTRIES[entry_id].name)
+    return batch.discover(root)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_warm_and_cold_batches_give_the_same_rows(tmp_path):
+    submissions = _materialize(tmp_path / "submissions", MIX)
+    rows = {}
+    for warm in (True, False):
+        config = batch.BatchConfig(jobs=2, warm=warm)
+        summary = batch.run_batch(submissions, config, tmp_path / f"gradebook-{warm}.json")
+        rows[warm] = {r["id"]: ({k: r[k] for k in GRADE}, {k: v for k, v in r.items() if k.startswith("step")})
+                      for r in summary.rows}
+    assert rows[True] == rows[False]
+    assert rows[True]["envelope-format"][0]["status"] == "pass"
+    assert {rows[True][n][0]["status"] for n in ("schedule-short", "worker-drops-failed", "empty-directory")} == {"fail"}
+
+
+def test_a_forked_grading_has_a_group_of_its_own_and_its_report(tmp_path):
+    (submission,) = _materialize(tmp_path / "submissions", ["correct/envelope-format"])
+    worker = gradeworker.WarmWorker(batch.BatchConfig().exercise_id, start_limit=120)
+    try:
+        result = tmp_path / "report.json"
+        grading = worker.start([str(submission.path), str(result), "--backend", "fake"], str(tmp_path / "err"), 60)
+        assert grading.pid != worker._proc.pid
+        groups = set()
+        while _alive(grading.pid) and grading.pid not in groups:   # it calls setsid as it starts
+            groups.add(_pgid(grading.pid))
+        assert grading.wait(timeout=120) == 0, (tmp_path / "err").read_text()
+        assert grading.pid in groups
+        assert batch.row_from_report(submission, json.loads(result.read_text()), 0.0,
+                                     batch.BatchConfig())["status"] == "pass"
+    finally:
+        worker.close()
+    assert worker._proc.returncode == 0    # closing its stdin ends it
+
+
+def test_a_warm_process_that_cannot_warm_up_leaves_the_thread_cold():
+    pool = gradeworker.WarmPool("no-such-exercise", start_limit=120)
+    try:
+        assert pool.worker() is None
+        assert pool.worker() is None
+        assert pool._all == []
+    finally:
+        pool.close()
+
+
+def test_a_warm_process_that_has_forked_its_share_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.setattr(gradeworker, "WARM_GRADINGS", 1)
+    (submission,) = _materialize(tmp_path / "submissions", ["wrong/empty-directory"])
+    pool = gradeworker.WarmPool(batch.BatchConfig().exercise_id, start_limit=120)
+    try:
+        first = pool.worker()
+        grading = first.start([str(submission.path), str(tmp_path / "r.json")], str(tmp_path / "err"), 60)
+        grading.wait(timeout=120)
+        second = pool.worker()
+        assert second is not None and second is not first
+        assert first._proc.returncode is not None   # closed when it was replaced
+    finally:
+        pool.close()
+
+
+def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_grading(tmp_path):
+    (submission,) = _materialize(tmp_path / "submissions", ["correct/envelope-format"])
+    (submission.path / "worker.py").write_text("import time\nwhile True:\n    time.sleep(0.1)\n")
+    pool = gradeworker.WarmPool(batch.BatchConfig().exercise_id, start_limit=120)
+    worker = pool.worker()
+    started = []
+    original = worker.start
+
+    def start_then_kill_the_warm_process(*args):
+        grading = original(*args)
+        started.append(grading.pid)
+        os.kill(worker._proc.pid, signal.SIGKILL)
+        return grading
+
+    worker.start = start_then_kill_the_warm_process
+    (tmp_path / "work").mkdir()
+    try:
+        row = batch.grade_in_subprocess(submission, batch.BatchConfig(timeout=120), tmp_path / "work", warm=pool)
+    finally:
+        pool.close()
+    assert row["status"] == "error"
+    assert row["reason"] == "the grading process was killed by SIGKILL without a report"
+    for _ in range(50):                  # the killed grading is reaped by init a moment later
+        if not _alive(started[0]):
+            break
+        time.sleep(0.1)
+    assert not _alive(started[0])
+    assert worker.worn     # the thread's next grading gets a new warm process
