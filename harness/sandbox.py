@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from retrylab import cgroups, i18n, procfs, runcopy, tempdirs
+from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, tempdirs
 from retrylab.containment import Containment, detect
 from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
 from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
@@ -182,7 +182,8 @@ class ScriptResult:
 
 
 # --------------------------------------------------------------------------------------------------
-# What containment this machine allows (measured once per harness process and set of client libraries)
+# What containment this machine allows (measured once per harness process and set of client libraries,
+# and kept a while across processes: containment_cache)
 
 _detected: dict[tuple[str, ...], Containment] = {}
 _detect_lock = threading.Lock()
@@ -193,7 +194,8 @@ def containment(learner_imports: tuple[str, ...] = ()) -> Containment:
     `learner_imports` (its broker's client libraries), measured on first use."""
     with _detect_lock:
         if learner_imports not in _detected:
-            _detected[learner_imports] = detect(functools.partial(_probe, learner_imports=learner_imports))
+            measure = functools.partial(detect, functools.partial(_probe, learner_imports=learner_imports))
+            _detected[learner_imports] = containment_cache.cached(learner_imports, measure)
         return _detected[learner_imports]
 
 

@@ -1,0 +1,125 @@
+"""The containment measurement is kept across `retrylab check` runs (retrylab.containment_cache): a
+second grading does not measure again, and a cached answer is believed only when it is this user's,
+writable by no one else, recent, whole, and about the machine as it is now."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from retrylab import containment_cache
+from retrylab.containment import NAMESPACES_VARIABLE, Containment
+
+MEASURED = Containment(unprivileged_uid=True, cgroups=("/sys/fs/cgroup/x",), notes=("a note",),
+                       namespaces="bwrap", bwrap="/usr/bin/bwrap")
+
+
+class Measure:
+    def __init__(self, result: Containment = MEASURED):
+        self.calls = 0
+        self.result = result
+
+    def __call__(self) -> Containment:
+        self.calls += 1
+        return self.result
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(containment_cache.CACHE_VARIABLE, raising=False)
+    return tmp_path / "cache" / "retrylab"
+
+
+def _only_file(folder):
+    (path,) = folder.glob("containment-*.json")
+    return path
+
+
+def test_a_second_grading_reads_the_measurement_instead_of_measuring(cache_home):
+    measure = Measure()
+    assert containment_cache.cached(("redis",), measure) == MEASURED
+    assert containment_cache.cached(("redis",), measure) == MEASURED
+    assert measure.calls == 1
+    assert oct(cache_home.stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_another_machine_state_is_another_measurement(monkeypatch):
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    containment_cache.cached(("nats",), measure)                 # other client libraries
+    monkeypatch.setenv(NAMESPACES_VARIABLE, "unshare")
+    containment_cache.cached(("redis",), measure)                # another way asked for
+    assert measure.calls == 3
+    assert len({containment_cache.key(("redis",)), containment_cache.key(("nats",))}) == 2
+
+
+def test_no_cache_when_turned_off(monkeypatch, cache_home):
+    monkeypatch.setenv(containment_cache.CACHE_VARIABLE, "0")
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    containment_cache.cached(("redis",), measure)
+    assert measure.calls == 2 and not cache_home.exists()
+
+
+def test_an_old_measurement_is_measured_again(cache_home):
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    old = time.time() - containment_cache.CACHE_SECONDS - 1
+    os.utime(_only_file(cache_home), (old, old))
+    containment_cache.cached(("redis",), measure)
+    assert measure.calls == 2
+
+
+@pytest.mark.parametrize("garbage", [b"", b"not json", b"[]", b'{"unprivileged_uid": true}', b"\xff\xfe"])
+def test_garbage_in_the_cache_is_measured_again(cache_home, garbage):
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    _only_file(cache_home).write_bytes(garbage)
+    assert containment_cache.cached(("redis",), measure) == MEASURED
+    assert measure.calls == 2
+    assert containment_cache.cached(("redis",), measure) == MEASURED and measure.calls == 2   # rewritten
+
+
+def test_a_cache_others_may_write_is_not_believed(cache_home):
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    path = _only_file(cache_home)
+    path.chmod(0o666)                                            # anyone may have written it
+    containment_cache.cached(("redis",), measure)
+    assert measure.calls == 2
+    cache_home.chmod(0o777)                                      # anyone may have replaced it
+    containment_cache.cached(("redis",), measure)
+    containment_cache.cached(("redis",), measure)
+    assert measure.calls == 4                                    # and nothing is written there
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_cache_file_of_another_user_is_not_believed(cache_home):
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    os.chown(_only_file(cache_home), 12345, 12345)
+    containment_cache.cached(("redis",), measure)
+    assert measure.calls == 2
+
+
+def test_a_symlink_in_place_of_the_cache_file_is_not_followed(cache_home, tmp_path):
+    measure = Measure()
+    containment_cache.cached(("redis",), measure)
+    path = _only_file(cache_home)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(elsewhere)
+    containment_cache.cached(("redis",), measure)
+    assert measure.calls == 2
+
+
+def test_an_unwritable_cache_folder_leaves_the_grading_measuring(cache_home):
+    cache_home.parent.mkdir()
+    cache_home.write_text("a file where the folder should be")
+    measure = Measure()
+    assert containment_cache.cached(("redis",), measure) == MEASURED
+    assert containment_cache.cached(("redis",), measure) == MEASURED
+    assert measure.calls == 2
