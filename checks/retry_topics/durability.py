@@ -49,9 +49,10 @@ def retry_field(run, record, name: str) -> int | None:
     return records.whole_number(records.recognise(record, list(run.published)).fields.get(name))
 
 
-def retry_records(state, order: str) -> list:
-    """The records of `order` on callbacks.retry (keyed by its order id), in offset order per partition."""
-    return [r for (topic, _), records in sorted(state.records.items()) if topic == lab.RETRY_TOPIC
+def retry_records(state, order: str, on: str = lab.RETRY_TOPIC) -> list:
+    """The records of `order` on callbacks.retry (or topic `on`), keyed by its order id, in offset order per
+    partition."""
+    return [r for (topic, _), records in sorted(state.records.items()) if topic == on
             for r in records if r.key == order.encode()]
 
 

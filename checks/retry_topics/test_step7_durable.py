@@ -37,6 +37,11 @@ def _diagnose_loss(run, lost: list[str]) -> str:
     in_memory = [o for o, cs in calls.items() if sum(1 for a in cs if a.script == lab.MAIN_SCRIPT) > 1]
     if in_memory:
         return tr("step7.why_in_memory", id=in_memory[0], script=lab.MAIN_SCRIPT)
+    # dead-lettered, so not lost in the kill: the attempts were counted short
+    gave_up = [o for o in lost if durability.retry_records(run.state, o, on=lab.DLQ_TOPIC)]
+    if gave_up:
+        return tr("step7.why_gave_up", id=gave_up[0], dlq=lab.DLQ_TOPIC, made=len(calls.get(gave_up[0], [])),
+                  attempts=lab.MAX_ATTEMPTS)
     committed = run.first.committed(lab.RETRY_SCRIPT)
     pending = [r for o in lost for r in durability.retry_records(run.state, o)]
     uncommitted = sorted({r.partition for r in pending
