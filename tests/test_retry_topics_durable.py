@@ -161,7 +161,7 @@ WRONG = {
                                              " args=(json.loads(msg.value()),), daemon=True).start()\n"),
                                             ("import time\n", "import threading\nimport time\n"),
                                             ("\n\ndef main()", THREAD_PER_FAILURE + "\n\ndef main()")]},
-                           "bounded-concurrency", "threads"),
+                           "bounded-concurrency", "per failed message"),
     "spinning-retry-consumer": ({"retry_consumer.py": [(SLEEP_UNTIL_DUE, SPIN_UNTIL_DUE)]}, "quiet-wait", "CPU"),
     # dead-lettered one attempt early: nothing was lost in the kill, and the message says so (not `latest`)
     "gives-up-one-attempt-early": ({"retry_consumer.py": [("MAX_ATTEMPTS = 3", "MAX_ATTEMPTS = 2")]},

@@ -41,7 +41,9 @@ COUNTS = (60, 90)           # N, drawn per grading: enough orders for the lag to
 MAX_LAGS = (10, 20)         # M, drawn per grading
 EFFECT_PAUSE = 0.012        # real seconds per effect: the consumer drains ~65 orders/s, a producer adds far faster
 SAMPLE_PERIOD = 0.03        # seconds between two of the harness's lag samples
-JOIN_WAIT = 4.0             # real seconds the harness waits for consumer.py to read from the group
+JOIN_WAIT = 8.0             # real seconds the harness waits for consumer.py to read from the group, from when
+                            # its run is under way: an interpreter importing redis on a loaded machine takes seconds
+START_WAIT = 60.0           # real seconds for the run to get under way (a sandbox on a busy machine)
 HANG_GRACE = 1.0            # real seconds the group stays drained while producer.py runs on: it hangs
 PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what draining N orders takes
 DRAIN_BOUND = 3.0           # real seconds the consumer has, once the producer has ended, to drain what is left
@@ -136,7 +138,8 @@ def _drained(client) -> bool:
     return state is not None and state.pending == 0 and state.undelivered == 0
 
 
-def _consumer_stop(client, producer_done: threading.Event, reading: threading.Event, stop) -> object:
+def _consumer_stop(client, producer_done: threading.Event, reading: threading.Event, running: threading.Event,
+                   stop) -> object:
     """consumer.py's stop: done once the producer has ended and the group is drained (held DONE_GRACE);
     or DRAIN_BOUND after the producer ended, drained or not (what is left is the check's to judge)."""
     ended_at: list[float | None] = [None]
@@ -150,7 +153,7 @@ def _consumer_stop(client, producer_done: threading.Event, reading: threading.Ev
         ended_at[0] = ended_at[0] or time.monotonic()
         return time.monotonic() - ended_at[0] > DRAIN_BOUND
 
-    return (_notes_reading(reading) | consumer_settled(done, stop)
+    return (_notes_reading(reading, running) | consumer_settled(done, stop)
             | when(gave_up, Reason.CAP, lambda p: tr("step6.stopped_drain", seconds=DRAIN_BOUND)))
 
 
@@ -172,12 +175,14 @@ def _producer_stop(client, consumer_gone: threading.Event, why: list[str]):
                    lambda p: tr("step6.stopped_consumer_gone")))
 
 
-def _notes_reading(reading: threading.Event):
-    """A condition that never stops the run: it sets `reading` once the consumer has sent XREADGROUP
-    (Redis 7.0 makes no consumer in the group for a read that found nothing, so XINFO cannot tell)."""
+def _notes_reading(reading: threading.Event, running: threading.Event):
+    """A condition that never stops the run: it sets `running` when the runner first looks at the run (its
+    process is up), and `reading` once the consumer has sent XREADGROUP (Redis 7.0 makes no consumer in the
+    group for a read that found nothing, so XINFO cannot tell)."""
     seen = [0]     # commands already looked at
 
     def look(progress) -> bool:
+        running.set()
         if not reading.is_set():
             commands = progress.commands()
             if any(c.name == "XREADGROUP" for c in commands[seen[0]:]):
@@ -187,8 +192,13 @@ def _notes_reading(reading: threading.Event):
     return when(look, Reason.CAP)
 
 
-def _wait_for_consumer(reading: threading.Event, consumer_gone: threading.Event, cancelled) -> bool:
-    """Whether consumer.py reads from the group (it sent XREADGROUP) before JOIN_WAIT."""
+def _wait_for_consumer(reading: threading.Event, running: threading.Event, consumer_gone: threading.Event,
+                       cancelled) -> bool:
+    """Whether consumer.py reads from the group (it sent XREADGROUP) within JOIN_WAIT of its run being
+    under way (the sandbox made and the process started: START_WAIT at most)."""
+    deadline = time.monotonic() + START_WAIT
+    while not (running.is_set() or cancelled.is_set() or consumer_gone.is_set()) and time.monotonic() < deadline:
+        running.wait(0.02)
     deadline = time.monotonic() + JOIN_WAIT
     while not (reading.is_set() or cancelled.is_set() or consumer_gone.is_set()) and time.monotonic() < deadline:
         reading.wait(0.02)
@@ -201,7 +211,8 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
     producer_timeout = count * EFFECT_PAUSE * 2 + PRODUCER_SLACK
     with redis_backend.private() as endpoint, endpoint.client() as client:
         streams.create_group(client)
-        producer_done, consumer_gone, reading = threading.Event(), threading.Event(), threading.Event()
+        producer_done, consumer_gone, reading, running = (threading.Event(), threading.Event(), threading.Event(),
+                                                          threading.Event())
         producer_stopped: list[str] = []
 
         effects = effects_with_hiccup(random.randint(*STALL_AT), (max_lag + 5) / STALL_RATE)
@@ -210,14 +221,14 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             try:
                 return without_step_clock(learner).run(
                     "consumer.py", endpoint, timeout=JOIN_WAIT + producer_timeout + DRAIN_BOUND + 1.0,
-                    stop_when=_consumer_stop(client, producer_done, reading, _Either(stop, cancelled)),
+                    stop_when=_consumer_stop(client, producer_done, reading, running, _Either(stop, cancelled)),
                     app=effects, run_clock=RunClock.real())
             finally:
                 consumer_gone.set()
 
         with Beside(lambda stop: _sample_lag(endpoint, stop, cancelled), "retrylab-lag-samples") as sampler, \
                 Beside(consume, "retrylab-consumer") as consumer:
-            joined = _wait_for_consumer(reading, consumer_gone, cancelled)
+            joined = _wait_for_consumer(reading, running, consumer_gone, cancelled)
             producer, started = None, time.time()
             if joined and not cancelled.is_set():
                 producer = learner.run("producer.py", endpoint, timeout=producer_timeout,
