@@ -170,7 +170,7 @@ class WarmPool:
             return None
         try:
             current = WarmWorker(self._exercise_id, self._start_limit)
-        except (WarmUnavailable, TimeoutError, OSError):
+        except (WarmUnavailable, OSError):     # it did not come up, or could not be started
             self._local.cold, current = True, None
         self._local.worker = current
         if current is not None:

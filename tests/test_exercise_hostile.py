@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from retrylab import procfs
 from retrylab.fixtures.jetstream_dlq import corpus as jetstream_dlq
 from retrylab.fixtures.retry_topics import corpus as retry_topics
 from retrylab.fixtures.stream_consumer import corpus as stream_consumer
@@ -60,18 +61,14 @@ MARK = "RETRYLAB_HOSTILE_TEST_RUN"
 def left_behind(mark: str) -> list[str]:
     """The processes still alive that inherited this grading's environment mark: "pid command" each."""
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for pid in procfs.find_processes(f"{MARK}={mark}"):
+        fields = procfs.stat_fields(pid)
         try:
-            if f"{MARK}={mark}".encode() not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if state != "Z":
-            found.append(f"{proc.name} {command[:200]}")
+        if fields is not None and fields[0] != b"Z":
+            found.append(f"{pid} {command[:200]}")
     return found
 
 

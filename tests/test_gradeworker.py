@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from retrylab import batch, gradeworker
+from retrylab import batch, gradeworker, procfs
 from retrylab.fixtures.backoff_dlq import corpus
 
 ENTRIES = {e.id: e for e in corpus.entries()}
@@ -26,18 +26,13 @@ def _materialize(root: Path, ids: list[str]) -> list[batch.Submission]:
 
 
 def _pgid(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = procfs.stat_fields(pid)
+    return int(fields[2]) if fields else None
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    fields = procfs.stat_fields(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 def test_warm_and_cold_batches_give_the_same_rows(tmp_path):

@@ -196,13 +196,16 @@ def _wait_for_consumer(reading: threading.Event, running: threading.Event, consu
                        cancelled) -> bool:
     """Whether consumer.py reads from the group (it sent XREADGROUP) within JOIN_WAIT of its run being
     under way (the sandbox made and the process started: START_WAIT at most)."""
-    deadline = time.monotonic() + START_WAIT
-    while not (running.is_set() or cancelled.is_set() or consumer_gone.is_set()) and time.monotonic() < deadline:
-        running.wait(0.02)
-    deadline = time.monotonic() + JOIN_WAIT
-    while not (reading.is_set() or cancelled.is_set() or consumer_gone.is_set()) and time.monotonic() < deadline:
-        reading.wait(0.02)
+    _wait_for(running, START_WAIT, cancelled, consumer_gone)
+    _wait_for(reading, JOIN_WAIT, cancelled, consumer_gone)
     return reading.is_set()
+
+
+def _wait_for(event: threading.Event, seconds: float, *unless: threading.Event) -> None:
+    """Until `event` is set, one of `unless` is, or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while not (event.is_set() or any(e.is_set() for e in unless)) and time.monotonic() < deadline:
+        event.wait(0.02)
 
 
 @RUNS.observer("backpressure_run")
