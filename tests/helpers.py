@@ -23,6 +23,14 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = WAIT, int
     return value
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is no zombie. /proc can vanish between open and read (ESRCH):
+    that too is gone."""
+    from retrylab import procfs
+    fields = procfs.stat_fields(pid)
+    return fields is not None and fields[0] != b"Z"
+
+
 def resp(*args) -> bytes:
     """One command as a RESP array of bulk strings."""
     out = [b"*%d\r\n" % len(args)]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import alive
+
 from retrylab import cli
 from retrylab.brokers.redis import backends
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
@@ -41,14 +43,6 @@ def _descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def _default_sigint():
@@ -88,7 +82,7 @@ def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backe
     assert not any("harness defect" in t["message"] for t in results["tests"])
     assert not list(private_tmp.glob("retrylab-run-*")), "a temporary copy of the submission was left"
     time.sleep(0.5)
-    assert not [pid for pid in started if _alive(pid)], "a process of the grading outlived it"
+    assert not [pid for pid in started if alive(pid)], "a process of the grading outlived it"
 
 
 def test_a_backend_that_cannot_start_gives_its_whole_reason_in_one_line(tmp_path, monkeypatch, capsys):

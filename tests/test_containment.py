@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import alive
+
 from retrylab import sandbox, tempdirs
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.containment import NAMESPACES_VARIABLE, Containment
@@ -70,14 +72,6 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 def _running_with(marker: str) -> list[int]:
     """Live processes whose command line holds `marker`: a pid a script prints is its PID
     namespace's, not the host's, when it has one of its own."""
@@ -85,7 +79,7 @@ def _running_with(marker: str) -> list[int]:
     for name in os.listdir("/proc"):
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if marker.encode() in f.read() and _alive(int(name)):
+                if marker.encode() in f.read() and alive(int(name)):
                     found.append(int(name))
         except (OSError, ValueError):
             continue
@@ -139,7 +133,7 @@ def test_processes_that_ignore_sigterm_are_killed(variant, tag, tmp_path):
         result = box.run("stubborn.py", env={}, timeout=1.5)
     assert result.stopped == "timeout"
     if not variant.namespaces:  # else its pids are its namespace's: the marker in the environment tells
-        assert not any(_alive(int(pid)) for pid in result.stdout.split())
+        assert not any(alive(int(pid)) for pid in result.stdout.split())
     assert find_processes(tag) == []
 
 

@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+from helpers import alive
 from retrylab import batch, gradeworker, procfs
 from retrylab.fixtures.backoff_dlq import corpus
 
@@ -28,11 +29,6 @@ def _materialize(root: Path, ids: list[str]) -> list[batch.Submission]:
 def _pgid(pid: int) -> int | None:
     fields = procfs.stat_fields(pid)
     return int(fields[2]) if fields else None
-
-
-def _alive(pid: int) -> bool:
-    fields = procfs.stat_fields(pid)
-    return fields is not None and fields[0] != b"Z"
 
 
 def test_warm_and_cold_batches_give_the_same_rows(tmp_path):
@@ -56,7 +52,7 @@ def test_a_forked_grading_has_a_group_of_its_own_and_its_report(tmp_path):
         grading = worker.start([str(submission.path), str(result), "--backend", "fake"], str(tmp_path / "err"), 60)
         assert grading.pid != worker._proc.pid
         groups = set()
-        while _alive(grading.pid) and grading.pid not in groups:   # it calls setsid as it starts
+        while alive(grading.pid) and grading.pid not in groups:   # it calls setsid as it starts
             groups.add(_pgid(grading.pid))
         assert grading.wait(timeout=120) == 0, (tmp_path / "err").read_text()
         assert grading.pid in groups
@@ -115,8 +111,8 @@ def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_g
     assert row["status"] == "error"
     assert row["reason"] == "the grading process was killed by SIGKILL without a report"
     for _ in range(50):                  # the killed grading is reaped by init a moment later
-        if not _alive(started[0]):
+        if not alive(started[0]):
             break
         time.sleep(0.1)
-    assert not _alive(started[0])
+    assert not alive(started[0])
     assert worker.worn     # the thread's next grading gets a new warm process

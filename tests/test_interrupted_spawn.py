@@ -14,15 +14,7 @@ import pytest
 from retrylab import spawn
 from retrylab.brokers.redis.fake_server_process import FakeServerProcess
 
-from helpers import wait_until
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from helpers import alive, wait_until
 
 
 def test_the_spawning_thread_never_holds_the_interpreter_at_exit():
@@ -64,7 +56,7 @@ def test_a_server_whose_caller_stopped_waiting_is_killed_once_it_exists(monkeypa
     monkeypatch.setattr(spawn.concurrent.futures.Future, "result", real_result)
     release.set()
     wait_until(lambda: made, "the server to be started", timeout=20)
-    wait_until(lambda: not _alive(made[0].pid), "the server nobody waits for any more to end", timeout=20)
+    wait_until(lambda: not alive(made[0].pid), "the server nobody waits for any more to end", timeout=20)
 
 
 @pytest.mark.parametrize("cut_at", ["ready", "port"])
@@ -86,7 +78,7 @@ def test_an_exchange_cut_short_ends_that_child_and_the_next_request_gets_a_serve
         with pytest.raises(KeyboardInterrupt):
             servers.new_server()
         assert reads[-1] == "ready" if cut_at == "ready" else reads[-1].isdigit()
-        assert not _alive(first), "the child whose answer was lost is still running"
+        assert not alive(first), "the child whose answer was lost is still running"
         del servers._line
         answer: list[int] = []
         asking = threading.Thread(target=lambda: answer.append(servers.new_server()), daemon=True)
@@ -111,4 +103,4 @@ def test_a_child_that_never_answers_gives_a_backend_error_not_a_wait(monkeypatch
         servers.new_server()
     assert time.monotonic() - began < 10
     silent.wait(10)
-    assert not _alive(silent.pid)
+    assert not alive(silent.pid)

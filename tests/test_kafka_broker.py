@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from helpers import alive
 from retrylab import sandbox
 from retrylab.appchannel import RunClock
 from retrylab.brokers import BackendUnavailable
@@ -136,14 +137,6 @@ def _run(tmp_path, endpoint, code: str, timeout: float = 60, run_clock: RunClock
                                                                              run_clock=run_clock)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 # -- the broker process ---------------------------------------------------------------------------
 
 def test_the_broker_is_the_pinned_tansu_and_is_gone_after_stop_even_with_a_client_connected():
@@ -168,7 +161,7 @@ def test_the_broker_is_the_pinned_tansu_and_is_gone_after_stop_even_with_a_clien
         assert time.monotonic() - stopping < 3
     finally:
         server.stop()
-    assert not _alive(pid)
+    assert not alive(pid)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
@@ -528,13 +521,13 @@ def test_the_broker_ends_when_the_grading_is_killed():
     try:
         port = int(grading.stdout.readline())
         broker = _broker_pid(port)
-        assert broker is not None and broker != grading.pid and _alive(broker)
+        assert broker is not None and broker != grading.pid and alive(broker)
         grading.kill()      # SIGKILL: the grading runs no code of its own
         grading.wait(10)
         deadline = time.monotonic() + 10
-        while _alive(broker) and time.monotonic() < deadline:
+        while alive(broker) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _alive(broker)
+        assert not alive(broker)
     finally:
         if grading.poll() is None:
             os.killpg(grading.pid, 9)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import wait_until
+from helpers import alive, wait_until
 from retrylab import brokers, sandbox
 from retrylab.appchannel import RunClock
 from retrylab.brokers import BackendUnavailable
@@ -38,14 +38,6 @@ from retrylab.verify import CannotCheck
 
 DETECTED = sandbox.containment(("nats",))
 PLAIN = dataclasses.replace(DETECTED, namespaces="", bwrap="")     # no namespaces of its own: TCP to the relay
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _info(port: int) -> dict:
@@ -101,7 +93,7 @@ def test_a_private_server_starts_on_free_ports_and_is_gone_after_stop():
             assert uid != 0, "as root the server runs as a uid of its own"
     finally:
         server.stop()
-    assert not _alive(pid)
+    assert not alive(pid)
     assert not folder.exists()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", endpoint.port), timeout=1).close()
@@ -146,10 +138,10 @@ def test_the_server_dies_with_the_grading_however_it_ends(how):
     owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, start_new_session=True)
     try:
         pid, port = json.loads(owner.stdout.readline())
-        assert _alive(pid) and _info(port)["jetstream"]
+        assert alive(pid) and _info(port)["jetstream"]
         owner.send_signal(how)          # the owner only, as a CI runner's timeout does
         owner.wait(30)
-        wait_until(lambda: not _alive(pid), "the server to end with its owner", timeout=10)
+        wait_until(lambda: not alive(pid), "the server to end with its owner", timeout=10)
     finally:
         if owner.poll() is None:
             os.killpg(owner.pid, signal.SIGKILL)
@@ -550,7 +542,7 @@ def test_the_session_fixture_gives_checks_private_servers_and_stops_them(tmp_pat
                           env={**os.environ, "PIDS_FILE": str(pids_file)})
     assert done.returncode == 0, done.stdout + done.stderr
     (pid,) = json.loads(pids_file.read_text())
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_the_harness_client_publishes_and_collects_what_arrives(endpoint, monkeypatch):
@@ -612,7 +604,7 @@ def test_a_server_that_never_gets_ready_is_stopped_and_said_in_one_line(tmp_path
     with pytest.raises(BackendUnavailable) as caught:
         server.start()
     assert "did not start on a free port (5 tries)" in str(caught.value) and "\n" not in str(caught.value)
-    assert len(started) == 5 and not any(_alive(p.pid) for p in started)
+    assert len(started) == 5 and not any(alive(p.pid) for p in started)
     assert server.folder is None
 
 

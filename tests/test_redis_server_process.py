@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from helpers import alive
 from retrylab.brokers.redis import server_process
 from retrylab.brokers.redis.server import RedisServerBackend
 from retrylab.brokers.redis.server_process import RedisServerProcess
@@ -83,7 +84,7 @@ def test_a_server_changed_by_an_earlier_check_is_replaced(how):
             assert client.config_get("maxmemory") == {"maxmemory": str(256 << 20)}
             assert backend._by_endpoint[second].pid != pid
         assert len(backend._servers) == 1
-        assert not _alive(pid)                     # the changed one was stopped, not left running
+        assert not alive(pid)                     # the changed one was stopped, not left running
     finally:
         backend.stop()
 
@@ -110,9 +111,3 @@ def test_private_servers_have_a_memory_limit(private_redis_server):
                                                    "maxmemory-clients": "0"}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
