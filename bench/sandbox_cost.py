@@ -1,7 +1,9 @@
-"""The sandbox's cost per learner run: the same `pass` script, run N times under each containment
-(the uid/rlimits/supervisor one without namespaces, bubblewrap, direct unshare(2)), in turn; median,
-fastest wall time per run in ms, and CPU time per run (less sensitive to a busy machine), from Sandbox.run's start to its return (the supervisor's
-and the learner interpreter's start, with its sitecustomize, included).
+"""The sandbox's cost per learner run: the same script (`import redis`, as every backoff-dlq run does), run N
+times under each containment (the uid/rlimits/supervisor one without namespaces, bubblewrap, direct unshare(2)),
+cold (two fresh interpreters) and warm (forked from the learner template) where it can, in turn; median, fastest
+wall time per run in ms, and CPU time per run (less sensitive to a busy machine), from Sandbox.run's start to its
+return (the supervisor's and the learner interpreter's start, with its sitecustomize, included; a warm run's
+CPU is counted in the template, which reaps it).
 
     python bench/sandbox_cost.py [--runs 20]
 """
@@ -18,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from retrylab import sandbox
+from retrylab import procfs, sandbox, warmstart
 from retrylab.sandbox import Sandbox
 
 
@@ -27,24 +29,35 @@ def measure(variants: dict, folder: Path, runs: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, float] = {name: 0.0 for name in variants}
     with contextlib.ExitStack() as stack:
-        boxes = {name: stack.enter_context(Sandbox(folder, containment=c)) for name, c in variants.items()}
-        for box in boxes.values():
-            box.run("noop.py", env={}, timeout=60)  # warm the page cache and the mount plan's lookups
+        boxes = {name: (stack.enter_context(Sandbox(folder, containment=c)), warm)
+                 for name, (c, warm) in variants.items()}
+        for box, warm in boxes.values():
+            _run(box, warm)  # warm the page cache, the mount plan's lookups, and start the template
         for _ in range(runs):
-            for name, box in boxes.items():
-                before = _children_cpu()
+            for name, (box, warm) in boxes.items():
+                before = _cpu()
                 started = time.perf_counter()
-                result = box.run("noop.py", env={}, timeout=60)
+                _run(box, warm)
                 times[name].append((time.perf_counter() - started) * 1000)
-                cpu[name] += _children_cpu() - before
-                assert result.returncode == 0, result.stderr
+                cpu[name] += _cpu() - before
     return {name: (times[name], cpu[name] * 1000 / runs) for name in variants}
 
 
-def _children_cpu() -> float:
-    """CPU seconds of every reaped child: the supervisor, which has reaped the run's whole tree."""
+def _run(box: Sandbox, warm: bool) -> None:
+    os.environ[warmstart.WARM_VARIABLE] = "1" if warm else "0"
+    result = box.run("noop.py", env={}, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def _cpu() -> float:
+    """CPU seconds of every reaped child (a cold run's supervisor, which has reaped the run's whole tree), and
+    of the learner template and what it reaped (warm runs' supervisors)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    template = 0.0
+    for current in list(warmstart._templates.values()):
+        fields = procfs.stat_fields(current.pid)
+        template += sum(int(t) for t in fields[11:15]) / os.sysconf("SC_CLK_TCK") if fields else 0.0
+    return usage.ru_utime + usage.ru_stime + template
 
 
 def main() -> None:
@@ -53,11 +66,14 @@ def main() -> None:
     args = parser.parse_args()
     detected = sandbox.containment()
     plain = dataclasses.replace(detected, namespaces="", bwrap="")
-    variants = {"no namespaces (partial)": plain, "unshare(2)": dataclasses.replace(plain, namespaces="unshare")}
+    unshare = dataclasses.replace(plain, namespaces="unshare")
+    variants = {"no namespaces, cold": (plain, False), "no namespaces, warm": (plain, True),
+                "unshare(2), cold": (unshare, False), "unshare(2), warm": (unshare, True)}
     if shutil.which("bwrap"):
-        variants["bubblewrap"] = dataclasses.replace(plain, namespaces="bwrap", bwrap=shutil.which("bwrap"))
+        variants["bubblewrap (cold)"] = (dataclasses.replace(plain, namespaces="bwrap", bwrap=shutil.which("bwrap")),
+                                         False)
     with tempfile.TemporaryDirectory() as folder:
-        Path(folder, "noop.py").write_text("pass\n")
+        Path(folder, "noop.py").write_text("import redis\n")
         for name, (times, cpu) in measure(variants, Path(folder), args.runs).items():
             print(f"{name:24} wall: median {statistics.median(times):6.1f} ms, min {min(times):6.1f} ms;  "
                   f"CPU {cpu:6.1f} ms per run  ({args.runs} runs)")

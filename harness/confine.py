@@ -30,8 +30,9 @@ _ST_FLAGS = ((2, 2), (4, 4), (8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21)
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
-_libc = None
-
+# In a supervisor forked from the warm learner template (retrylab.learner_template): that module, whose
+# `present` and `run` replace the exec of a cold interpreter when config["in_process"] is set.
+in_process = None
 
 _libc = None
 
@@ -238,11 +239,11 @@ def _init(config: dict, handles: dict[str, int], error_pipe: int) -> None:
         _build_root(config["mounts"], handles)
         for which, soft, hard in config["rlimits"]:
             resource.setrlimit(which, (soft, hard))
+        _present(config)
         _drop_privileges(config["uid"], config["gid"])
         script = os.fork()
         if script == 0:
-            os.chdir(config["cwd"])
-            os.execve(config["argv"][0], config["argv"], config["env"])
+            _start_script(config, error_pipe)
     except BaseException as exc:  # noqa: BLE001
         try:
             os.write(error_pipe, f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:2000])
@@ -259,6 +260,23 @@ def _init(config: dict, handles: dict[str, int], error_pipe: int) -> None:
         if pid == script:
             os.write(config["script_status_fd"], status.to_bytes(4, "little"))
             os._exit(0)  # the namespace ends with its init: the kernel kills what is left
+
+
+def _warm(config: dict) -> bool:
+    return bool(config.get("in_process")) and in_process is not None
+
+
+def _present(config: dict) -> None:
+    if _warm(config):
+        in_process.present(config)
+
+
+def _start_script(config: dict, error_pipe: int) -> None:
+    """Become the learner's script: exec a cold interpreter, or run it here (a warm template's fork)."""
+    os.chdir(config["cwd"])
+    if _warm(config):
+        in_process.run(config, error_pipe)
+    os.execve(config["argv"][0], config["argv"], config["env"])
 
 
 def become_script(config: dict, error_pipe: int) -> None:
@@ -283,11 +301,12 @@ def become_script(config: dict, error_pipe: int) -> None:
             _expose(config["expose"])
         for which, soft, hard in config["rlimits"]:
             resource.setrlimit(which, (soft, hard))
+        if namespaces != "bwrap":
+            _present(config)
         _drop_privileges(config["uid"], config["gid"])
         if namespaces == "bwrap":
             os.execve(config["bwrap"], _bwrap_argv(config), config["env"])
-        os.chdir(config["cwd"])
-        os.execve(config["argv"][0], config["argv"], config["env"])
+        _start_script(config, error_pipe)
     except BaseException as exc:  # noqa: BLE001 - report anything, then leave
         try:
             os.write(error_pipe, f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[:2000])

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
-from retrylab import cgroups
+from retrylab import cgroups, warmstart
 
 NAMESPACES_VARIABLE = "RETRYLAB_NAMESPACES"  # "bwrap", "unshare" or "none": use only that (CI runs each)
 _NAMESPACE_KINDS = ("bwrap", "unshare")
@@ -77,7 +77,9 @@ def _with_namespaces(base: Containment, problem: Callable[[Containment], str]) -
     """`base` with the first way of giving scripts namespaces of their own that works here:
     bubblewrap where it is installed, else unshare(2) directly (RETRYLAB_NAMESPACES picks one)."""
     wanted = os.environ.get(NAMESPACES_VARIABLE, "").strip().lower()
-    kinds = _NAMESPACE_KINDS if wanted in ("", "auto") else tuple(k for k in _NAMESPACE_KINDS if k == wanted)
+    # warm start forks learner processes from a template: bubblewrap, which must exec, would start them cold
+    preferred = tuple(reversed(_NAMESPACE_KINDS)) if warmstart.enabled() else _NAMESPACE_KINDS
+    kinds = preferred if wanted in ("", "auto") else tuple(k for k in _NAMESPACE_KINDS if k == wanted)
     notes = list(base.notes)
     for kind in kinds:
         bwrap = (shutil.which("bwrap") or "") if kind == "bwrap" else ""

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from retrylab import __version__
+from retrylab import __version__, warmstart
 from retrylab.containment import NAMESPACES_VARIABLE, Containment
 
 CACHE_SECONDS = 900.0
@@ -64,7 +64,7 @@ def key(learner_imports: tuple[str, ...]) -> str:
     facts = {
         "harness": __version__, "python": [sys.executable, sys.version], "uid": os.geteuid(),
         "imports": {name: _origin(name) for name in learner_imports},
-        "namespaces": os.environ.get(NAMESPACES_VARIABLE, ""),
+        "namespaces": os.environ.get(NAMESPACES_VARIABLE, ""), "warm": warmstart.enabled(),
         "bwrap": [bwrap, _stamp(bwrap)], "kernel": os.uname().release,
         "settings": {path: _text(path) for path in _SETTINGS},
     }

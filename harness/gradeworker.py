@@ -188,13 +188,18 @@ class WarmPool:
 # -- the warm process ----------------------------------------------------------------------------------
 
 def _warm_up(exercise_id: str) -> None:
-    """Import what every grading imports and measure the containment once; the forks inherit both."""
+    """Import what every grading imports, measure the containment and start the learner template once; the
+    forks inherit all three."""
     importlib.import_module("retrylab.grading")    # pytest, the plugin, the reporters
-    from retrylab import brokers, plugin, sandbox
+    from retrylab import brokers, plugin, sandbox, warmstart
     from retrylab import exercise as exercises
     exercise = exercises.get(exercise_id)
     brokers.get(exercise.broker)
-    sandbox.containment(plugin.learner_imports(exercise))
+    imports = plugin.learner_imports(exercise)
+    if warmstart.enabled() and sandbox.containment(imports).namespaces != "bwrap":
+        # one learner template for all the gradings forked from here (they come one at a time), not one each
+        warmstart.template(plugin.warm_imports(exercise), sandbox.Sandbox.template_environment())
+        warmstart.share_with_forks()
 
 
 def _graded_child(request: dict) -> None:

@@ -64,6 +64,10 @@ def pytest_addoption(parser):
 
 
 def pytest_sessionstart(session):
+    if session.config.getoption("--solution"):  # the first learner run need not wait for the template
+        from retrylab.sandbox import prepare
+        exercise = session.config.stash.get(EXERCISE, None)
+        prepare(learner_imports(exercise), warm_imports(exercise))
     # before any check: a grader who requires isolation gets one line and status 2, nothing graded
     if session.config.getoption("--solution") and session.config.getoption("retrylab_isolation") == "required":
         from retrylab.sandbox import isolation_problem
@@ -171,13 +175,19 @@ def learner(submission, pytestconfig) -> LearnerRunner:
     exercise = pytestconfig.stash.get(EXERCISE, None)
     return LearnerRunner(submission, clock=pytestconfig.stash[CLOCK],
                          application=exercise.application if exercise else None,
-                         learner_imports=learner_imports(exercise))
+                         learner_imports=learner_imports(exercise), warm_imports=warm_imports(exercise))
 
 
 def learner_imports(exercise) -> tuple[str, ...]:
     """The client libraries learner code on the exercise's broker imports (what the sandbox must offer)."""
     from retrylab import brokers
     return brokers.get(exercise.broker).learner_imports if exercise else ()
+
+
+def warm_imports(exercise) -> tuple[str, ...]:
+    """Those of them the warm learner template imports ahead (Broker.warm_imports)."""
+    from retrylab import brokers
+    return brokers.get(exercise.broker).warm_imports if exercise else ()
 
 
 @pytest.fixture

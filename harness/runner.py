@@ -164,12 +164,14 @@ class LearnerRunner:
     (Exercise.application), made fresh for each run whose check passes none; None: runs have none."""
 
     def __init__(self, submission: Path, limits: Limits = Limits(), clock: StepClock | None = None,
-                 application: str | None = None, learner_imports: tuple[str, ...] = ()):
+                 application: str | None = None, learner_imports: tuple[str, ...] = (),
+                 warm_imports: tuple[str, ...] = ()):
         self.submission = Path(submission)
         self.limits = limits
         self.clock = clock      # the current step's time limit, when run under the plugin
         self.application = application
         self.learner_imports = learner_imports   # the broker's client libraries (Broker.learner_imports)
+        self.warm_imports = warm_imports         # of those, what the warm template imports ahead
 
     def run(self, script: str, endpoint, *, timeout: float,
             stop_when: StopCondition | None = None, app: Application | None = None,
@@ -214,7 +216,8 @@ class LearnerRunner:
         # copy of the submission is being removed would leave the rest of it behind. The run itself
         # is bounded by what is left of the step (`timeout` above), so the step still ends in time.
         with self.clock.shielded() if self.clock else contextlib.nullcontext(), \
-                Sandbox(self.submission, self.limits, learner_imports=self.learner_imports) as sandbox, \
+                Sandbox(self.submission, self.limits, learner_imports=self.learner_imports,
+                        warm_imports=self.warm_imports) as sandbox, \
                 endpoint.link(sandbox, run_clock) as link, \
                 AppChannel(sandbox.socket_path("app.sock"), app, run_clock) as channel:
             progress = Progress(link, channel, sandbox)

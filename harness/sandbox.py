@@ -32,6 +32,10 @@ on what the machine allows (`containment()` says what applies here):
   named in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
 
+Warm start: the supervisor and the script are forked from the learner template (retrylab.warmstart, a process
+that has imported the learner side once) rather than started as two cold interpreters, wherever the run is not
+contained by bubblewrap; the containment is the same (retrylab.learner_template says how).
+
 This module runs a script and reports on it; beside it, each with one job: containment (what this
 machine allows), mountplan (the filesystem a script sees), runcopy (the copy of the submission and what
 a run's uid leaves elsewhere), cgroups (a pids cgroup per run), procfs (what /proc says of processes),
@@ -57,13 +61,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, tempdirs
+from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, tempdirs, warmstart
 from retrylab.containment import Containment, detect
 from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
 from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
 
 __all__ = ["CappedBuffer", "Limits", "Sandbox", "SandboxError", "ScriptResult", "containment",
-           "isolation_problem", "sweep"]
+           "isolation_problem", "prepare", "sweep"]
 
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
 # from supervisor.py's compiled file when there is one (a script would be compiled on every start)
@@ -199,6 +203,19 @@ def containment(learner_imports: tuple[str, ...] = ()) -> Containment:
         return _detected[learner_imports]
 
 
+def prepare(learner_imports: tuple[str, ...] = (), warm_imports: tuple[str, ...] = ()) -> None:
+    """Get ready for the first run in the background, while the grading starts: measure the containment (or
+    read it from the cache) and start the warm learner template (retrylab.warmstart) where runs will use it."""
+    def ready():
+        try:
+            if warmstart.enabled() and containment(learner_imports).namespaces != "bwrap":
+                warmstart.template(warm_imports, Sandbox.template_environment())
+        except (OSError, SandboxError, warmstart.TemplateError):
+            pass  # the first run tries again, and says why if it cannot run at all
+
+    threading.Thread(target=ready, daemon=True, name="retrylab-prepare").start()
+
+
 def isolation_problem(isolation: str, learner_imports: tuple[str, ...] = ()) -> str:
     """'' if learner code may run here under `isolation` ("auto": however the machine allows;
     "required": only in namespaces of its own), else the one line saying why not."""
@@ -238,11 +255,12 @@ class Sandbox:
     """A temporary copy of a submission, removed on exit, where scripts run contained."""
 
     def __init__(self, submission: Path, limits: Limits = Limits(), containment: Containment | None = None,
-                 learner_imports: tuple[str, ...] = ()):
+                 learner_imports: tuple[str, ...] = (), warm_imports: tuple[str, ...] = ()):
         self.submission = Path(submission)
         self.limits = limits
         self._containment = containment
         self.learner_imports = learner_imports  # the broker's client libraries: the script must see them
+        self.warm_imports = warm_imports        # those the warm template may import ahead (Broker.warm_imports)
         self.root: Path | None = None
         self.uid: int | None = None
         self.gid: int | None = None
@@ -360,11 +378,7 @@ class Sandbox:
         config_r, config_w = os.pipe()
         try:
             config = self._config(script, learner_env, status_w, [cgroup] if cgroup else [], args)
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _SUPERVISOR_CMD, str(config_r)],
-                cwd="/", env={"PATH": learner_env["PATH"]}, pass_fds=(status_w, config_r),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True)
+            proc = self._start_supervisor(config, status_w, config_r, learner_env["PATH"])
         except BaseException:
             os.close(status_r)
             os.close(config_w)
@@ -420,6 +434,32 @@ class Sandbox:
                             stderr=stderr, seconds=time.monotonic() - started,
                             limit=self._limit_hit(report, returncode, stopped, stderr),
                             peak_processes=report.get("peak_processes"))
+
+    def _start_supervisor(self, config: dict, status_w: int, config_r: int, path: str):
+        """The run's supervisor: forked from the warm learner template where it serves this containment (the
+        script then runs in a fork too, with the learner side already imported), else two cold interpreters."""
+        if warmstart.enabled() and self.containment.namespaces != "bwrap":  # bubblewrap must exec its target
+            try:
+                warm = warmstart.template(self.warm_imports, self.template_environment())
+                config.update(parent=warm.pid, in_process=True)
+                return warm.fork_run(status_w, config_r)
+            except (OSError, warmstart.TemplateError):
+                config.update(parent=os.getpid(), in_process=False)  # slower, and just as contained
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", "-c", _SUPERVISOR_CMD, str(config_r)],
+            cwd="/", env={"PATH": path}, pass_fds=(status_w, config_r),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)
+
+    @staticmethod
+    def template_environment() -> dict[str, str]:
+        """What a warm template starts with: a learner process's environment as its interpreter reads it at
+        start-up (encoding, buffering, path, locale), without anything of one run or sandbox."""
+        env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOWLIST or k.startswith("LC_")}
+        env.update(HOME="/nonexistent", TZ="UTC", PYTHONPATH=str(SITE_DIR), PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+        env.setdefault("PATH", os.defpath)
+        return env
 
     def _config(self, script: str, env: dict[str, str], status_fd: int, cgroups: list[str],
                 args: tuple[str, ...] = ()) -> dict:

@@ -60,8 +60,9 @@ def kill(pids, sig: int) -> None:
 
 
 class _Supervisor:
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, lifeline: int | None = None):
         self.config = config
+        self.lifeline = lifeline
         self.uid = config["uid"]
         self.main: int | None = None
         self.status: int | None = None
@@ -138,6 +139,9 @@ class _Supervisor:
                 if count > config["processes"] + config["helpers"]:
                     self.over_process_limit = True
                     return
+            if self.lifeline is not None and _closed(self.lifeline):
+                self.lifeline = None
+                os.kill(os.getpid(), STOP)  # the harness died: stop the script as if asked to (PDEATHSIG's job)
             info = signal.sigtimedwait(signals, 0.05)
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
@@ -242,6 +246,12 @@ class _Supervisor:
         return report
 
 
+def _closed(fd: int) -> bool:
+    """Whether the other end of pipe `fd` is closed (nothing is ever written to it)."""
+    import select
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def _read_all(fd: int, blocking: bool = True) -> bytes:
     """What `fd` holds, then close it; not blocking: only what is there already."""
     os.set_blocking(fd, blocking)
@@ -255,15 +265,20 @@ def _read_all(fd: int, blocking: bool = True) -> bytes:
     return data
 
 
-def main(argv: list[str]) -> int:
-    """`argv[-1]`: the pipe the harness writes the (marshalled) config to."""
+def main(argv: list[str], status_fd: int | None = None, lifeline: int | None = None) -> int:
+    """`argv[-1]`: the pipe the harness writes the (marshalled) config to. A supervisor forked by the warm
+    learner template (retrylab.learner_template) also gets `status_fd`, where the report goes (the config names
+    the harness's number for it), and `lifeline`, a pipe the harness holds the other end of: its parent is the
+    template, so its parent-death signal does not say the harness died; the lifeline's EOF does."""
     data = b""
     with open(int(argv[-1]), "rb") as config_pipe:
         while chunk := config_pipe.read():
             data += chunk
     config = marshal.loads(data)
+    if status_fd is not None:
+        config["status_fd"] = status_fd
     try:
-        report = _Supervisor(config).run()
+        report = _Supervisor(config, lifeline).run()
     except BaseException as exc:  # noqa: BLE001 - the harness must learn why, not guess
         report = {"error": f"supervisor: {type(exc).__name__}: {exc}"}
     os.write(config["status_fd"], marshal.dumps(report))

@@ -23,6 +23,16 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = WAIT, int
     return value
 
 
+def scripts_folder(tmp_path, **scripts: str):
+    """A submission folder `tmp_path/submission` holding `<name>.py` for each script (its code dedented)."""
+    import textwrap
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    for name, code in scripts.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(code))
+    return folder
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` exists and is no zombie. /proc can vanish between open and read (ESRCH):
     that too is gone."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import alive
+from helpers import alive, scripts_folder
 
 from retrylab import sandbox, tempdirs
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
@@ -53,14 +53,6 @@ def tag(monkeypatch) -> str:
     value = f"containment-{uuid.uuid4().hex}"
     monkeypatch.setenv(sandbox.RUN_TAG_VARIABLE, value)
     return value
-
-
-def _submission(tmp_path: Path, **scripts: str) -> Path:
-    folder = tmp_path / "submission"
-    folder.mkdir()
-    for name, code in scripts.items():
-        (folder / f"{name}.py").write_text(textwrap.dedent(code))
-    return folder
 
 
 def _digest(folder: Path) -> str:
@@ -108,7 +100,7 @@ DAEMON = """
 @pytest.mark.parametrize("then", ["exits", "runs-on"])
 def test_a_detached_daemon_does_not_survive_the_run(variant, tag, tmp_path, then):
     rest = "" if then == "exits" else "    while True:\n        time.sleep(3600)\n"
-    folder = _submission(tmp_path, daemon=DAEMON.replace("MARKER", tag) + rest)
+    folder = scripts_folder(tmp_path, daemon=DAEMON.replace("MARKER", tag) + rest)
     with Sandbox(folder, containment=variant) as box:
         result = box.run("daemon.py", env={}, timeout=2 if then == "runs-on" else 30)
     assert result.stdout.split()[0].isdigit(), result.stderr
@@ -118,7 +110,7 @@ def test_a_detached_daemon_does_not_survive_the_run(variant, tag, tmp_path, then
 
 
 def test_processes_that_ignore_sigterm_are_killed(variant, tag, tmp_path):
-    folder = _submission(tmp_path, stubborn="""
+    folder = scripts_folder(tmp_path, stubborn="""
         import os, signal
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         child = os.fork()
@@ -138,7 +130,7 @@ def test_processes_that_ignore_sigterm_are_killed(variant, tag, tmp_path):
 
 
 def test_a_fork_bomb_is_bounded_named_and_cleared(variant, tag, tmp_path):
-    folder = _submission(tmp_path, bomb="""
+    folder = scripts_folder(tmp_path, bomb="""
         import os
         while True:
             os.fork()
@@ -160,7 +152,7 @@ def test_a_fork_bomb_is_bounded_named_and_cleared(variant, tag, tmp_path):
     (Limits(cpu_seconds=1), "while True:\n    pass\n", "was stopped: it exceeded the 1 s CPU time limit"),
 ], ids=["memory", "file-size", "cpu"])
 def test_each_resource_limit_holds_and_is_named(limits, code, named, tmp_path, tag):
-    folder = _submission(tmp_path, greedy=code)
+    folder = scripts_folder(tmp_path, greedy=code)
     with Sandbox(folder, limits) as box:
         result = box.run("greedy.py", env={}, timeout=60)
     assert result.stopped is None and result.crashed
@@ -169,7 +161,7 @@ def test_each_resource_limit_holds_and_is_named(limits, code, named, tmp_path, t
 
 
 def test_endless_output_neither_blocks_nor_grows_memory(tmp_path):
-    folder = _submission(tmp_path, flood="""
+    folder = scripts_folder(tmp_path, flood="""
         import sys
         block = ("flood " * 100 + "\\n") * 100
         while True:
@@ -204,7 +196,7 @@ def test_endless_output_neither_blocks_nor_grows_memory(tmp_path):
 def test_no_secret_reaches_the_script(variant, tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", SECRET)
     monkeypatch.setenv("RETRYLAB_SOMETHING_SECRET", SECRET)
-    folder = _submission(tmp_path, snoop="""
+    folder = scripts_folder(tmp_path, snoop="""
         import os
         print(dict(os.environ))
         for name in os.listdir("/proc"):
@@ -242,7 +234,7 @@ MESS = """
 
 
 def test_the_copy_is_removed_whatever_the_script_did_to_it(variant, tmp_path):
-    folder = _submission(tmp_path, mess=MESS)
+    folder = scripts_folder(tmp_path, mess=MESS)
     before = _digest(folder)
     with Sandbox(folder, containment=variant) as box:
         result = box.run("mess.py", env={}, timeout=30)
@@ -254,7 +246,7 @@ def test_the_copy_is_removed_whatever_the_script_did_to_it(variant, tmp_path):
 
 
 def test_what_the_run_leaves_in_shared_scratch_folders_is_removed(tmp_path, tag):
-    folder = _submission(tmp_path, litter=f"""
+    folder = scripts_folder(tmp_path, litter=f"""
         import os
         for top in ("/tmp", "/dev/shm"):
             if os.access(top, os.W_OK):
@@ -281,7 +273,7 @@ def test_what_the_run_leaves_in_shared_scratch_folders_is_removed(tmp_path, tag)
 def test_an_unprivileged_harness_removes_a_copy_made_undeletable(tmp_path):
     # Without root's right to bypass permissions the harness must restore them first. A script in
     # the sandbox has no such right (another uid, or root without capabilities): it plays the harness.
-    folder = _submission(tmp_path, cleaner="""
+    folder = scripts_folder(tmp_path, cleaner="""
         import os
         from pathlib import Path
         from retrylab.tempdirs import remove_tree
@@ -345,7 +337,7 @@ def test_a_harness_without_privileges_still_contains_its_scripts(tmp_path, names
     if namespaces == "bwrap" and not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed")
     marker = f"nested-daemon-{uuid.uuid4().hex}"
-    folder = _submission(tmp_path, nested=NESTED_HARNESS)
+    folder = scripts_folder(tmp_path, nested=NESTED_HARNESS)
     (folder / "daemon.txt").write_text(textwrap.dedent(DAEMON).replace("MARKER", marker))
     (folder / "marker.txt").write_text(marker)
     (folder / "mess.txt").write_text(textwrap.dedent(MESS).replace('os.remove("mess.py")', "pass"))
@@ -363,7 +355,7 @@ def test_a_harness_without_privileges_still_contains_its_scripts(tmp_path, names
 
 def test_the_original_submission_cannot_be_changed_from_the_script(tmp_path):
     target = tmp_path / "submission" / "worker.py"
-    folder = _submission(tmp_path, worker="print('original')\n", attack=f"""
+    folder = scripts_folder(tmp_path, worker="print('original')\n", attack=f"""
         import os
         changed = []
         for path in ({str(target)!r}, os.path.abspath("../../../" + {str(target.relative_to("/"))!r})):
@@ -387,7 +379,7 @@ def test_the_original_submission_cannot_be_changed_from_the_script(tmp_path):
 
 
 def test_the_call_log_cannot_be_swapped_for_a_fifo(tmp_path):
-    folder = _submission(tmp_path, swap="""
+    folder = scripts_folder(tmp_path, swap="""
         import os
         path = os.environ["RETRYLAB_CALL_LOG"]
         with open(path, "a") as f:
@@ -410,7 +402,7 @@ def test_the_call_log_cannot_be_swapped_for_a_fifo(tmp_path):
 
 
 def test_an_interrupted_run_leaves_no_process(variant, tag, tmp_path):
-    folder = _submission(tmp_path, busy="""
+    folder = scripts_folder(tmp_path, busy="""
         import os
         os.fork()
         while True:

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from helpers import scripts_folder
 from retrylab import sandbox
 from retrylab.brokers.redis.link import REDIRECT
 from retrylab.brokers.redis.server_process import RedisServerProcess
@@ -42,14 +42,6 @@ needs_isolation = pytest.mark.skipif(not DETECTED.isolated, reason="no namespace
 
 def _containment(kind: str) -> Containment:
     return dataclasses.replace(DETECTED, namespaces=kind, bwrap=(shutil.which("bwrap") or "") if kind == "bwrap" else "")
-
-
-def _submission(tmp_path: Path, **scripts: str) -> Path:
-    folder = tmp_path / "submission"
-    folder.mkdir()
-    for name, code in scripts.items():
-        (folder / f"{name}.py").write_text(textwrap.dedent(code))
-    return folder
 
 
 # --------------------------------------------------------------------------------------------------
@@ -93,7 +85,7 @@ def test_a_script_sees_only_its_own_processes_files_and_no_network(kind, tmp_pat
     with socket.socket() as listener:   # a service on the host's loopback
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
-        folder = _submission(tmp_path, look=LOOK_AROUND)
+        folder = scripts_folder(tmp_path, look=LOOK_AROUND)
         try:
             with Sandbox(folder, containment=_containment(kind)) as box:
                 result = box.run("look.py", env={"PROBE_PATHS": json.dumps(probes), "PROBE_NAME": probe_name,
@@ -143,7 +135,7 @@ def test_the_broker_is_reached_through_the_unix_socket_whatever_the_script_names
                 return await aredis.Redis().llen("{key}")
             print(asyncio.run(main()))
         """
-    folder = _submission(tmp_path, talk=code)
+    folder = scripts_folder(tmp_path, talk=code)
     with RecordingProxy((endpoint.host, endpoint.port)) as proxy, \
             Sandbox(folder, containment=_containment(kind)) as box:
         path = box.socket_path("redis.sock")
@@ -163,7 +155,7 @@ def test_the_broker_is_reached_through_the_unix_socket_whatever_the_script_names
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_fork_bomb_in_a_namespace_is_still_bounded_and_named(kind, tmp_path):
-    folder = _submission(tmp_path, bomb="import os\nwhile True:\n    os.fork()\n")
+    folder = scripts_folder(tmp_path, bomb="import os\nwhile True:\n    os.fork()\n")
     with Sandbox(folder, sandbox.Limits(processes=12), containment=_containment(kind)) as box:
         result = box.run("bomb.py", env={}, timeout=30)
     assert "the limit of 12 processes" in result.describe(), result.describe()
@@ -171,7 +163,7 @@ def test_a_fork_bomb_in_a_namespace_is_still_bounded_and_named(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_exit_status_and_death_by_signal_are_the_scripts(kind, tmp_path):
-    folder = _submission(tmp_path, seven="raise SystemExit(7)\n",
+    folder = scripts_folder(tmp_path, seven="raise SystemExit(7)\n",
                          segv="import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     with Sandbox(folder, containment=_containment(kind)) as box:
         assert box.run("seven.py", env={}, timeout=30).returncode == 7
@@ -181,7 +173,7 @@ def test_exit_status_and_death_by_signal_are_the_scripts(kind, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_worker_that_never_exits_is_stopped_as_soon_as_asked(kind, tmp_path):
     # the supervisor must be watching (not still waiting on a helper) when the harness says stop
-    folder = _submission(tmp_path, forever="import time\nwhile True:\n    time.sleep(0.01)\n")
+    folder = scripts_folder(tmp_path, forever="import time\nwhile True:\n    time.sleep(0.01)\n")
     with Sandbox(folder, containment=_containment(kind)) as box:
         asked = []
         result = box.run("forever.py", env={}, timeout=60,
@@ -194,7 +186,7 @@ def test_a_worker_that_never_exits_is_stopped_as_soon_as_asked(kind, tmp_path):
 @pytest.mark.skipif(not DETECTED.unprivileged_uid, reason="needs root: a uid per run")
 def test_without_namespaces_what_a_run_leaves_in_ipc_and_run_lock_goes_with_it(tmp_path):
     name = f"retrylab-left-{uuid.uuid4().hex}"
-    folder = _submission(tmp_path, leave=f"""
+    folder = scripts_folder(tmp_path, leave=f"""
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         made = [libc.msgget(0, 0o1666), libc.shmget(0, ctypes.c_size_t(4096), 0o1666), libc.semget(0, 1, 0o1666)]

@@ -8,6 +8,9 @@ exercise.toml (`broker = "redis"`). A broker package `retrylab.brokers.<kind>` e
   they take (`retrylab.options.Option`, declared once for argparse and pytest);
 - `fixtures`: the pytest plugin module with its fixtures (an exercise loads it through `pytest_plugins`);
 - `learner_imports`: the client libraries learner code imports (the sandbox's probe checks them);
+- `warm_imports`: those of them the warm learner template may import ahead (retrylab.warmstart): only a
+  library its learner-side redirect patches in place. One whose redirect replaces names that the library's own
+  modules bind while they load (confluent_kafka's C types) must be imported after the redirect, so cold;
 - through its backends' private servers: `backend.private()` yields an endpoint whose
   `link(sandbox, run_clock)` is what a learner run needs of that server (the recording relay in front
   of it, the learner's environment, the commands seen, a snapshot of the state), see `LearnerLink`.
@@ -79,6 +82,7 @@ class Broker:
     make_backend: Callable[..., Backend]        # make_backend(name, **options from `options`)
     fixtures: str                               # pytest plugin module with this broker's fixtures
     learner_imports: tuple[str, ...] = ()       # client libraries learner code imports
+    warm_imports: tuple[str, ...] = ()          # of those, what the warm template may import ahead
     options: tuple = field(default=())          # retrylab.options.Option, broker-specific (e.g. --redis-url)
     shown_name: str = ""                        # as learners know it ("Redis"), for messages
     # `retrylab verify`: the option (one of `options`) naming the learner's own server, and where that

@@ -26,4 +26,6 @@ BROKER = Broker(
     make_backend=make_backend,
     fixtures="retrylab.brokers.kafka.fixtures",
     learner_imports=("confluent_kafka", "kafka", "aiokafka"),
+    # not confluent_kafka: the redirect swaps its C types for subclasses before its package binds them
+    warm_imports=("kafka", "aiokafka"),
 )

@@ -30,6 +30,7 @@ BROKER = Broker(
     make_backend=make_backend,
     fixtures="retrylab.brokers.nats.fixtures",
     learner_imports=("nats",),
+    warm_imports=("nats",),
     live_option=NATS_URL,
     live_default="nats://localhost:4222",
 )

@@ -30,6 +30,7 @@ BROKER = Broker(
     make_backend=make_backend,
     fixtures="retrylab.brokers.redis.fixtures",
     learner_imports=("redis",),
+    warm_imports=("redis",),
     options=(REDIS_URL,),
     live_option=REDIS_URL,
     live_default="redis://localhost:6379/0",
