@@ -249,36 +249,59 @@ def _literal(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
+class _Languages(dict):
+    """lang -> that language's messages, each read from its files on first use: a grading speaks one
+    language (and English for fallback), and parsing all four catalogs cost more than its checks."""
+
+    def __init__(self, read: Callable[[str], dict]):
+        super().__init__()
+        self._read = read
+
+    def __missing__(self, lang: str) -> dict:
+        if lang not in LANGUAGES:
+            raise KeyError(lang)
+        found = self[lang] = self._read(lang)
+        return found
+
+
 class Catalog:
     """One folder of message files. ``english`` adds English texts kept elsewhere (an exercise's
     step titles and hints)."""
 
     def __init__(self, directory: Path, english: Mapping[str, str] | None = None):
         self.directory = Path(directory)
-        self.messages: dict[str, dict[str, Message]] = {}
-        self._twice: list[str] = []
-        for lang in LANGUAGES:
-            found: dict[str, Message] = {}
-            # <lang>.toml, then any <lang>.<part>.toml: a large catalog may be kept in parts (one per step)
-            for path in (self.directory / f"{lang}.toml", *sorted(self.directory.glob(f"{lang}.*.toml"))):
-                if path.is_file():
-                    part: dict[str, Message] = {}
-                    _flatten(tomllib.loads(path.read_text(encoding="utf-8")), "", part, path)
-                    self._twice += [f"{path.name}: {key} is also in another part" for key in sorted(set(part) & set(found))]
-                    found.update(part)
-            self.messages[lang] = found
-        self.external = frozenset(english or ())
-        for key, text in (english or {}).items():
-            self.messages["en"][key] = Message(key, {"other": _literal(text)})
+        self._twice: dict[str, list[str]] = {}
+        self._english = dict(english or {})
+        self.external = frozenset(self._english)
+        self.messages: dict[str, dict[str, Message]] = _Languages(self._read)
+
+    def _read(self, lang: str) -> dict[str, Message]:
+        found: dict[str, Message] = {}
+        twice: list[str] = []
+        # <lang>.toml, then any <lang>.<part>.toml: a large catalog may be kept in parts (one per step)
+        for path in (self.directory / f"{lang}.toml", *sorted(self.directory.glob(f"{lang}.*.toml"))):
+            if path.is_file():
+                part: dict[str, Message] = {}
+                _flatten(tomllib.loads(path.read_text(encoding="utf-8")), "", part, path)
+                twice += [f"{path.name}: {key} is also in another part" for key in sorted(set(part) & set(found))]
+                found.update(part)
+        if lang == DEFAULT:
+            for key, text in self._english.items():
+                found[key] = Message(key, {"other": _literal(text)})
+        self._twice[lang] = twice
+        return found
+
+    def _language(self, lang: str) -> dict[str, Message]:
+        return self.messages[lang] if lang in LANGUAGES else {}
 
     def has(self, key: str, lang: str = DEFAULT) -> bool:
-        return key in self.messages.get(lang, {})
+        return key in self._language(lang)
 
     def text(self, key: str, lang: str | None = None, /, **params) -> str:
         """The message ``key`` in ``lang`` (default: the current language), filled from ``params``.
         A key missing in ``lang`` falls back to English (tests forbid that); unknown: KeyError."""
         lang = lang or current()
-        message = self.messages.get(lang, {}).get(key)
+        message = self._language(lang).get(key)
         if message is None:
             message, lang = self.messages[DEFAULT].get(key), DEFAULT
             if message is None:
@@ -287,8 +310,9 @@ class Catalog:
 
     def problems(self) -> list[str]:
         """Everything that keeps this catalog from being complete and consistent."""
-        found = list(self._twice)
-        english = self.messages[DEFAULT]
+        every = {lang: self.messages[lang] for lang in LANGUAGES}     # read them all
+        found = [line for lang in LANGUAGES for line in self._twice[lang]]
+        english = every[DEFAULT]
         for lang in LANGUAGES:
             messages = self.messages[lang]
             name = f"{self.directory.name}/{lang}.toml"
