@@ -55,6 +55,19 @@ def cannot_grade(config, reason: str) -> NoReturn:
     pytest.exit(f"retrylab: {reason}", returncode=2)
 
 
+def grading_backend(config, kind: str, name: str, **options):
+    """What a broker's session fixture yields (`yield from`): the grading's backend, started (ahead, if
+    `retrylab check` began it: brokers.start_early), stopped after the last check. One that cannot work here
+    ends the grading with exit status 2 and one line."""
+    from retrylab import brokers
+    try:
+        backend = brokers.started_backend(kind, name, **options)
+    except brokers.BackendUnavailable as exc:
+        cannot_grade(config, str(exc))
+    yield backend
+    backend.stop()
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("retrylab", "grading a learner's submission")
     group.addoption("--solution", metavar="DIR", help="the submission directory to grade")
@@ -137,7 +150,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _exercise_of(item) -> exercises.Exercise | None:
-    return exercises.for_path(Path(item.fspath))
+    return exercises.for_path(item.path)
 
 
 def _choose_exercise(config, items) -> None:
@@ -194,7 +207,7 @@ def warm_imports(exercise) -> tuple[str, ...]:
 def step(request) -> exercises.Step:
     """The metadata (title, hint, time limit) of the step or advanced check being run."""
     key = check_key(request.node)
-    exercise = exercises.for_path(Path(request.node.fspath))
+    exercise = exercises.for_path(request.node.path)
     if key is None or exercise is None:
         raise pytest.UsageError(f"{request.node.nodeid}: a check needs pytest.mark.step(N) or pytest.mark.advanced(ID)")
     meta = exercise.check(key)
@@ -216,7 +229,7 @@ def attach_location(node, file: str, line: int | None = None) -> None:
 def _timed(item) -> tuple[int | str, str, float] | None:
     """(key, label, limit) of the step a check item belongs to; None for anything else."""
     key = check_key(item)
-    exercise = exercises.for_path(Path(item.fspath)) if key is not None else None
+    exercise = exercises.for_path(item.path) if key is not None else None
     if exercise is None:
         return None
     try:

@@ -16,7 +16,8 @@ import pytest
 from helpers import alive
 
 from retrylab import cli
-from retrylab.brokers.redis import backends
+from retrylab.brokers import BackendUnavailable
+from retrylab.brokers.redis.fake import FakeBackend
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -91,10 +92,10 @@ def test_a_backend_that_cannot_start_gives_its_whole_reason_in_one_line(tmp_path
               "server misbehaving; retrying will not help until the engine can reach the registry " * 2).strip()
 
     def cannot_start(self):
-        raise backends.BackendUnavailable(reason)
+        raise BackendUnavailable(reason)
 
-    monkeypatch.setattr(backends.FakeBackend, "probe", lambda self: None)   # it fails once grading starts
-    monkeypatch.setattr(backends.FakeBackend, "start", cannot_start)
+    monkeypatch.setattr(FakeBackend, "probe", lambda self: None)   # it fails once grading starts
+    monkeypatch.setattr(FakeBackend, "start", cannot_start)
     assert cli.main(["check", str(REFERENCE)]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"retrylab: {reason}\n"

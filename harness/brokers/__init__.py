@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import threading
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Callable, Protocol
@@ -100,3 +101,62 @@ def get(kind: str) -> Broker:
             raise
         raise LookupError(f"unknown broker {kind!r}") from None
     return module.BROKER
+
+
+# -- the grading's backend, possibly started ahead of pytest ------------------------------------------------
+
+_early: dict[tuple, tuple[threading.Thread, list]] = {}     # settings -> (starting thread, [backend or exception])
+_early_lock = threading.Lock()
+
+
+def _settings(kind: str, name: str, options: dict) -> tuple:
+    return kind, name, tuple(sorted((dest, value) for dest, value in options.items() if value is not None))
+
+
+def start_early(kind: str, name: str, **options) -> None:
+    """Start, in the background, the backend a grading in this process is about to take (started_backend):
+    `retrylab check` calls this as soon as it knows the exercise and backend, so the servers start while pytest is
+    imported and the checks are collected (the fake Redis server is an interpreter of its own, about 0.25 s)."""
+    outcome: list = []
+
+    def start():
+        try:
+            backend = get(kind).make_backend(name, **{k: v for k, v in options.items() if v is not None})
+            backend.start()
+            outcome.append(backend)
+        except Exception as exc:       # BackendUnavailable among them: the grading that takes it says it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=start, daemon=True, name=f"retrylab-start-{kind}")
+    with _early_lock:
+        if _settings(kind, name, options) in _early:
+            return
+        _early[_settings(kind, name, options)] = (thread, outcome)
+    thread.start()
+
+
+def started_backend(kind: str, name: str, **options) -> Backend:
+    """The grading's backend, started: the one start_early began for the same settings (once it has started), else
+    one made and started now. BackendUnavailable when it cannot work here."""
+    with _early_lock:
+        early = _early.pop(_settings(kind, name, options), None)
+    if early is None:
+        backend = get(kind).make_backend(name, **{k: v for k, v in options.items() if v is not None})
+        backend.start()
+        return backend
+    thread, outcome = early
+    thread.join()
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]
+
+
+def stop_unused() -> None:
+    """Stop what start_early began and no grading took (one that stopped before its first check)."""
+    with _early_lock:
+        left = list(_early.values())
+        _early.clear()
+    for thread, outcome in left:
+        thread.join()
+        if outcome and not isinstance(outcome[0], Exception):
+            outcome[0].stop()

@@ -46,3 +46,13 @@ def probe_backend(args, exercise: exercises.Exercise, *, private: bool = False) 
     except options.OptionError as exc:
         raise UsageError(str(exc)) from None
     brokers.get(exercise.broker).make_backend(args.backend, **broker_settings(args, exercise)).probe()
+
+
+def start_early(args, exercise: exercises.Exercise) -> None:
+    """Start the grading's servers and warm learner template now, in the background, so that they start while
+    pytest is imported and the checks are collected rather than after (the grading takes them; brokers.stop_unused
+    stops servers it did not take)."""
+    from retrylab import brokers, sandbox
+    broker = brokers.get(exercise.broker)
+    brokers.start_early(exercise.broker, args.backend, **broker_settings(args, exercise))
+    sandbox.prepare(broker.learner_imports, broker.warm_imports)

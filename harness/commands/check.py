@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from retrylab import i18n, options
-from retrylab.commands import UsageError, add_options, broker_settings, chosen_exercise, probe_backend
+from retrylab.commands import (UsageError, add_options, broker_settings, chosen_exercise, probe_backend,
+                               start_early)
 from retrylab.reporters import FORMATS, github
 from retrylab.reporters.bounds import neutral
 
@@ -40,14 +41,15 @@ def validate(args):
         raise UsageError(f"no step {unknown[0]} in {exercise.id} (steps are {min(known)}-{max(known)})")
     # Fail fast, with one line, when the backend cannot work here (e.g. its server program missing).
     probe_backend(args, exercise)
+    start_early(args, exercise)     # the servers start while the rest is imported and collected
     require_isolation(args.isolation, exercise)
     return exercise
 
 
 def require_isolation(isolation: str, exercise) -> None:
-    from retrylab.plugin import learner_imports
+    from retrylab import brokers
     from retrylab.sandbox import isolation_problem
-    problem = isolation_problem(isolation, learner_imports(exercise))
+    problem = isolation_problem(isolation, brokers.get(exercise.broker).learner_imports)
     if problem:
         raise UsageError(problem)
 
@@ -77,10 +79,14 @@ def _nothing_graded(report) -> bool:
 
 
 def run(args) -> int:
-    from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
-    exercise = validate(args)
-    report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=exercise.id,
-                   step_timeout=args.step_timeout, lang=i18n.resolve(args.lang), **broker_settings(args, exercise))
+    from retrylab import brokers
+    try:
+        exercise = validate(args)
+        from retrylab.grading import grade  # imports pytest: keep --help and usage errors fast
+        report = grade(args.directory, backend=args.backend, steps=tuple(args.step), exercise_id=exercise.id,
+                       step_timeout=args.step_timeout, lang=i18n.resolve(args.lang), **broker_settings(args, exercise))
+    finally:
+        brokers.stop_unused()
     if os.environ.get("GITHUB_ACTIONS") == "true":
         # Annotations on stderr (the runner reads workflow commands there too): stdout keeps only the
         # report. Written first, so that they are in before any text the report quotes.

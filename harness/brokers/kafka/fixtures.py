@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrylab.brokers import BackendUnavailable
-from retrylab.brokers.kafka import make_backend
-from retrylab.plugin import cannot_grade
+from retrylab.plugin import grading_backend
 
 
 @pytest.fixture(scope="session")
@@ -13,10 +11,4 @@ def kafka_backend(pytestconfig):
     """The grading's backend (--backend; the plugin makes it the broker's default, tansu, when none is
     named): `kafka_backend.private()` gives a check a private, empty Kafka broker of its own. One that cannot
     run here (the pinned Tansu missing, or another version) ends the grading with exit status 2 and one line."""
-    try:
-        backend = make_backend(pytestconfig.getoption("--backend"))
-        backend.start()
-    except BackendUnavailable as exc:
-        cannot_grade(pytestconfig, str(exc))
-    yield backend
-    backend.stop()
+    yield from grading_backend(pytestconfig, "kafka", pytestconfig.getoption("--backend"))

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import TYPE_CHECKING
 
-from retrylab.brokers.redis.endpoint import Endpoint
+if TYPE_CHECKING:      # not imported for real: the fake backend's start must not wait for redis-py
+    from retrylab.brokers.redis.endpoint import Endpoint
 
 
 class Backend:

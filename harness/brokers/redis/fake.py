@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 
 from retrylab.brokers.redis.backend import Backend
-from retrylab.brokers.redis.endpoint import Endpoint
 
 
 class FakeBackend(Backend):
@@ -30,6 +29,7 @@ class FakeBackend(Backend):
 
     @contextlib.contextmanager
     def private(self):
+        from retrylab.brokers.redis.endpoint import Endpoint   # redis-py: imported while the server starts
         port = self._servers.new_server()
         try:
             yield Endpoint("127.0.0.1", port)
