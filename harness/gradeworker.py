@@ -190,7 +190,7 @@ class WarmPool:
 def _warm_up(exercise_id: str) -> None:
     """Import what every grading imports, measure the containment and start the learner template once; the
     forks inherit all three."""
-    importlib.import_module("retrylab.grading")    # pytest, the plugin, the reporters
+    grading = importlib.import_module("retrylab.grading")    # pytest, the plugin, the reporters
     from retrylab import brokers, plugin, sandbox, warmstart
     from retrylab import exercise as exercises
     exercise = exercises.get(exercise_id)
@@ -200,6 +200,7 @@ def _warm_up(exercise_id: str) -> None:
         # one learner template for all the gradings forked from here (they come one at a time), not one each
         warmstart.template(plugin.warm_imports(exercise), sandbox.Sandbox.template_environment())
         warmstart.share_with_forks()
+    grading.collect(exercise)   # the checks, their fixtures' modules and the broker's libraries, imported once
 
 
 def _graded_child(request: dict) -> None:

@@ -167,11 +167,23 @@ UNUSED_PYTEST_PLUGINS = ("cacheprovider", "randomly", "doctest", "pastebin", "ju
                          "setupplan", "debugging", "unittest", "recwarn", "tmpdir", "monkeypatch")
 
 
+def pytest_args(exercise) -> list[str]:
+    """What every run of an exercise's checks gives pytest: its folder, the checks' own configuration, the plugin."""
+    return [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"), "--rootdir", str(exercises.CHECKS_DIR),
+            "-p", "retrylab.plugin", *(f"-pno:{name}" for name in UNUSED_PYTEST_PLUGINS), "-q", "--exercise", exercise.id]
+
+
+def collect(exercise) -> int:
+    """Collect the exercise's checks without running them (pytest's exit status): a warm grading process
+    (retrylab.gradeworker) does it once, so that the gradings it forks find the checks and what they import
+    (the broker's client library among them) already imported."""
+    with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):
+        return pytest.main([*pytest_args(exercise), "--collect-only"])
+
+
 def _grade(submission, exercise, backend, steps, step_timeout, lang, broker_options, started) -> Report:
     grading = GradingPlugin(exercise)
-    args = [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"),
-            "--rootdir", str(exercises.CHECKS_DIR), "-p", "retrylab.plugin",
-            *(f"-pno:{name}" for name in UNUSED_PYTEST_PLUGINS), "-q", "--solution", str(submission), "--exercise", exercise.id, "--backend", backend,
+    args = [*pytest_args(exercise), "--solution", str(submission), "--backend", backend,
             *(f"--step={s.number}" for s in exercise.steps if s.number in steps), *_option_args(broker_options),
             *((f"--step-timeout={step_timeout}",) if step_timeout is not None else ()), f"--lang={lang}"]
     with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):   # the Report says it all

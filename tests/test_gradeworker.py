@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -116,3 +118,10 @@ def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_g
         time.sleep(0.1)
     assert not alive(started[0])
     assert worker.worn     # the thread's next grading gets a new warm process
+
+
+def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_fork():
+    script = ("import sys; from retrylab import gradeworker; gradeworker._warm_up('backoff-dlq'); "
+              "print('redis' in sys.modules, 'checks.backoff_dlq.test_step1_worker' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True"], done.stderr
