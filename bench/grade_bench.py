@@ -77,6 +77,30 @@ def retrylab_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "retrylab"]
 
 
+def count_orphans() -> None:
+    """Make this process the reaper of whatever its commands leave behind (PR_SET_CHILD_SUBREAPER): a process
+    reparented to init is never waited for here, and its CPU (and that of everything it waited for) would be
+    missing from the figures."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def reap_orphans(patience: float = 10.0) -> None:
+    """Wait (up to `patience` seconds) for every process a finished command left behind: they are ours
+    (count_orphans). One still there after that is a leak, and said."""
+    end = time.monotonic() + patience
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            if time.monotonic() > end:
+                print("warning: a process the command left behind is still running", file=sys.stderr)
+                return
+            time.sleep(0.01)
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process waited for, down the tree
     return usage.ru_utime + usage.ru_stime
@@ -92,6 +116,7 @@ def timed(command: list[str], **kwargs) -> tuple[float, float]:
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, **kwargs)
     seconds = time.monotonic() - started
+    reap_orphans()
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
     return seconds, children_cpu() - cpu
@@ -170,7 +195,8 @@ def batch_throughput(count: int) -> list[str]:
             lines.append(f"| {mode} | {jobs} | {count} ({kinds} correct) | {seconds:.1f} | {per_minute} | "
                          f"{rate / base:.2f}x{target} | {cpu / count:.2f} | {cpu / seconds:.2f} | {agree}/{count} "
                          f"| {before} -> {load()} |")
-    lines += ["", "CPU s: user+system time of every process of the batch (graders, learner scripts, Redis). "
+    lines += ["", "CPU s: user+system time of every process of the batch (graders, learner templates and scripts, "
+              "servers; those it left to end by themselves too: the bench is their reaper). "
               f"Cores busy = CPU s / wall s ({os.cpu_count()} is all of this machine; what other programs "
               "use is not counted, the load average shows it)."]
     return lines + ([""] + notes if notes else [])
@@ -277,6 +303,7 @@ def main() -> None:
     args = parser.parse_args()
     global MEASURED
     MEASURED = Measured(args.exercise)
+    count_orphans()
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not on PATH: the redis-server rows need it")
     if args.wait_load:

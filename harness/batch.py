@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from retrylab import __version__, i18n, options, tempdirs
+from retrylab import __version__, brokers, i18n, options, tempdirs
 from retrylab import exercise as exercises
 from retrylab.gradeworker import ForkedGrading, WarmPool, WarmUnavailable
 from retrylab.reporters.bounds import neutral
@@ -555,8 +555,14 @@ def child_main(argv: list[str] | None = None) -> int:
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"1")
         os.close(args.ready_fd)
-    report = grade(args.submission, backend=args.backend, exercise_id=exercises.get(args.exercise).id,
-                   step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
+    exercise = exercises.get(args.exercise)
+    try:
+        # before any thread: forked from a warm process, this grading may then fork its servers too
+        brokers.start_early(exercise.broker, options.chosen_backend(args.backend, exercise), in_this_thread=True)
+        report = grade(args.submission, backend=args.backend, exercise_id=exercise.id,
+                       step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
+    finally:
+        brokers.stop_unused()
     _write_atomically(args.result, json.dumps(dataclasses.asdict(report), ensure_ascii=False))
     return 0
 

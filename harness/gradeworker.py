@@ -194,7 +194,8 @@ def _warm_up(exercise_id: str) -> None:
     from retrylab import brokers, plugin, sandbox, warmstart
     from retrylab import exercise as exercises
     exercise = exercises.get(exercise_id)
-    brokers.get(exercise.broker)
+    for module in brokers.get(exercise.broker).grading_warm_imports:
+        importlib.import_module(module)
     imports = plugin.learner_imports(exercise)
     if warmstart.enabled() and sandbox.containment(imports).namespaces != "bwrap":
         # one learner template for all the gradings forked from here (they come one at a time), not one each

@@ -20,6 +20,7 @@ closes (the harness exited or was killed), and so do its supervisors (their pare
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -34,9 +35,14 @@ def serve(control_fd: int, preload: list[str]) -> None:
     control = socket.socket(fileno=control_fd)
     base_path = list(sys.path)              # as a cold `python script.py` would have it, but for [0]
     # the learner side (client libraries, the engine's, the learner site) and the forked supervisor's code
-    for name in (*preload, "retrylab.confine", "retrylab.supervisor", "retrylab.learner_site.app_loader",
+    for name in (*preload, "ctypes", "retrylab.confine", "retrylab.supervisor", "retrylab.learner_site.app_loader",
                  "retrylab.learner_site.broker_redirect", "retrylab.learner_site.virtual_clock"):
         importlib.import_module(name)
+    sys.modules["retrylab.learner_site.virtual_clock"].preload()
+    # Every object so far is moved out of the collector's reach: a run's first collection would otherwise walk
+    # them all, writing to every page of the heap it shares with this process, and copy it (copy-on-write)
+    gc.collect()
+    gc.freeze()
     signal.signal(signal.SIGCHLD, _reap)
     control.send(b"ready")
     while True:

@@ -251,3 +251,33 @@ def test_what_a_broker_lets_the_template_import_is_among_its_learner_imports():
         broker = brokers.get(kind)
         assert set(broker.warm_imports) <= set(broker.learner_imports), kind
     assert "confluent_kafka" not in brokers.get("kafka").warm_imports  # its redirect must come first
+
+
+# As a child subreaper: run a process that starts a template and exits, then say which orphans it left us.
+_LEFT_BEHIND = r"""
+import ctypes, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)     # PR_SET_CHILD_SUBREAPER
+starter = ("from retrylab import warmstart; from retrylab.sandbox import Sandbox; "
+           "print(warmstart.template(('redis',), Sandbox.template_environment()).pid)")
+template = int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, check=True).stdout)
+time.sleep(0.5)
+orphans = []
+while True:
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if not pid:
+        break
+    orphans.append(pid)
+print(template, orphans)
+"""
+
+
+def test_a_process_reaps_the_templates_it_started_when_it_exits():
+    """Else the template is reaped by init, and with it the CPU of every run it forked goes uncounted by
+    whoever timed the grading (a benchmark, `time`, a grading service's accounting)."""
+    done = subprocess.run([sys.executable, "-c", _LEFT_BEHIND], capture_output=True, text=True, timeout=120)
+    template, orphans = done.stdout.split(" ", 1)
+    assert orphans.strip() == "[]", done.stdout + done.stderr
+    assert not alive(int(template))

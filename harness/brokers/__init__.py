@@ -84,6 +84,9 @@ class Broker:
     fixtures: str                               # pytest plugin module with this broker's fixtures
     learner_imports: tuple[str, ...] = ()       # client libraries learner code imports
     warm_imports: tuple[str, ...] = ()          # of those, what the warm template may import ahead
+    # what grade-batch's warm grading processes import ahead for the gradings they fork: with it loaded, a forked
+    # grading may fork its servers rather than start an interpreter for them (the fake Redis server)
+    grading_warm_imports: tuple[str, ...] = ()
     options: tuple = field(default=())          # retrylab.options.Option, broker-specific (e.g. --redis-url)
     shown_name: str = ""                        # as learners know it ("Redis"), for messages
     # `retrylab verify`: the option (one of `options`) naming the learner's own server, and where that
@@ -105,7 +108,8 @@ def get(kind: str) -> Broker:
 
 # -- the grading's backend, possibly started ahead of pytest ------------------------------------------------
 
-_early: dict[tuple, tuple[threading.Thread, list]] = {}     # settings -> (starting thread, [backend or exception])
+# settings -> (the thread starting it, None if started in the caller's; [the backend or the exception it raised])
+_early: dict[tuple, tuple[threading.Thread | None, list]] = {}
 _early_lock = threading.Lock()
 
 
@@ -113,10 +117,12 @@ def _settings(kind: str, name: str, options: dict) -> tuple:
     return kind, name, tuple(sorted((dest, value) for dest, value in options.items() if value is not None))
 
 
-def start_early(kind: str, name: str, **options) -> None:
+def start_early(kind: str, name: str, *, in_this_thread: bool = False, **options) -> None:
     """Start, in the background, the backend a grading in this process is about to take (started_backend):
     `retrylab check` calls this as soon as it knows the exercise and backend, so the servers start while pytest is
-    imported and the checks are collected (the fake Redis server is an interpreter of its own, about 0.25 s)."""
+    imported and the checks are collected (the fake Redis server is an interpreter of its own, about 0.25 s).
+    `in_this_thread`: start it before returning, from this thread (a grading forked by grade-batch's warm process
+    has no other thread yet, and may then fork its servers: Broker.grading_warm_imports)."""
     outcome: list = []
 
     def start():
@@ -127,12 +133,15 @@ def start_early(kind: str, name: str, **options) -> None:
         except Exception as exc:       # BackendUnavailable among them: the grading that takes it says it
             outcome.append(exc)
 
-    thread = threading.Thread(target=start, daemon=True, name=f"retrylab-start-{kind}")
+    thread = None if in_this_thread else threading.Thread(target=start, daemon=True, name=f"retrylab-start-{kind}")
     with _early_lock:
         if _settings(kind, name, options) in _early:
             return
         _early[_settings(kind, name, options)] = (thread, outcome)
-    thread.start()
+    if thread is None:
+        start()
+    else:
+        thread.start()
 
 
 def started_backend(kind: str, name: str, **options) -> Backend:
@@ -145,7 +154,8 @@ def started_backend(kind: str, name: str, **options) -> Backend:
         backend.start()
         return backend
     thread, outcome = early
-    thread.join()
+    if thread is not None:
+        thread.join()
     if isinstance(outcome[0], Exception):
         raise outcome[0]
     return outcome[0]
@@ -157,6 +167,7 @@ def stop_unused() -> None:
         left = list(_early.values())
         _early.clear()
     for thread, outcome in left:
-        thread.join()
+        if thread is not None:
+            thread.join()
         if outcome and not isinstance(outcome[0], Exception):
             outcome[0].stop()

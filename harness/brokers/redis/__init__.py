@@ -31,6 +31,7 @@ BROKER = Broker(
     fixtures="retrylab.brokers.redis.fixtures",
     learner_imports=("redis",),
     warm_imports=("redis",),
+    grading_warm_imports=("retrylab.brokers.redis.fakeredis_fixes",),   # fake_server_process.WARM_MODULE
     options=(REDIS_URL,),
     live_option=REDIS_URL,
     live_default="redis://localhost:6379/0",

@@ -1,0 +1,82 @@
+"""A grading forked from grade-batch's warm process (which has imported fakeredis: Broker.grading_warm_imports)
+forks its fake Redis server instead of starting an interpreter for it. The forked server serves, runs as an
+unprivileged uid of its own in a session of its own, holds none of the grading's descriptors, and dies with the
+grading; a process with other threads, or with warm start turned off, still starts a new interpreter."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers import alive, wait_until
+from retrylab.brokers.redis import fake_server_process
+
+# In a fresh interpreter with a single thread (a pytest worker has several): start a FakeServerProcess, ask it for a
+# server, and say what the server process is.
+SCRIPT = r"""
+import json, os, sys, threading
+import {warm}
+from retrylab.brokers.redis.fake_server_process import FakeServerProcess
+if {threads}:
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+keep = open(os.devnull)                              # a descriptor of the grading's that the server must not hold
+servers = FakeServerProcess().start()
+port = servers.new_server()
+import redis
+pong = redis.Redis(port=port).ping()
+pid = servers.pid
+with open(f"/proc/{{pid}}/status") as f:
+    uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+print(json.dumps({{"kind": type(servers._proc).__name__, "pid": pid, "pong": pong, "uid": uid,
+                  "sid": os.getsid(pid), "fds": {{fd: os.readlink(f"/proc/{{pid}}/fd/{{fd}}") for fd in os.listdir(f"/proc/{{pid}}/fd")}},
+                  "exe_is_ours": os.readlink(f"/proc/{{pid}}/exe") == os.readlink("/proc/self/exe"),
+                  "cmdline_is_ours": open(f"/proc/{{pid}}/cmdline").read() == open("/proc/self/cmdline").read()}}),
+      flush=True)
+if {stop}:
+    servers.stop()
+    print(json.dumps({{"alive_after_stop": os.path.exists(f"/proc/{{pid}}")}}), flush=True)
+else:
+    sys.stdin.read()                                 # until the test kills us
+"""
+
+
+def _run(*, threads=False, stop=True, env=None):
+    script = SCRIPT.format(warm=fake_server_process.WARM_MODULE, threads=threads, stop=stop)
+    return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def test_a_single_threaded_warm_grading_forks_a_contained_server_that_stops_with_it():
+    proc = _run()
+    out, err = proc.communicate(timeout=60)
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert first["kind"] == "ForkedServer" and first["pong"] is True, err
+    assert first["cmdline_is_ours"], "a fork: no new interpreter started"
+    assert first["sid"] == first["pid"], "a session of its own"
+    low, high = fake_server_process.UID_RANGE
+    if os.geteuid() == 0:
+        assert low <= first["uid"] < high, "serves as an unprivileged uid"
+    held = {int(fd): target for fd, target in first["fds"].items()}
+    assert "/dev/null" not in [target for fd, target in held.items() if fd > 2], held   # not the grading's
+    # its sockets, and its answer pipe (a copy of fd 1, which then goes to /dev/null): no file of the grading's
+    assert not [target for fd, target in held.items() if fd > 2 and target.startswith("/")], held
+    assert second == {"alive_after_stop": False}
+
+
+def test_the_forked_server_dies_when_the_grading_is_killed():
+    proc = _run(stop=False)
+    line = proc.stdout.readline()
+    server = json.loads(line)["pid"]
+    assert alive(server)
+    proc.kill()
+    proc.wait(10)
+    wait_until(lambda: not alive(server), "the forked fake server to die with the grading")
+
+
+def test_with_other_threads_or_warm_start_off_the_server_is_a_new_interpreter():
+    for options in ({"threads": True}, {"env": {"RETRYLAB_WARM_START": "0"}}):
+        out, err = _run(**options).communicate(timeout=60)
+        first = json.loads(out.splitlines()[0])
+        assert first["kind"] == "Popen" and first["pong"] is True, (options, err)
+        assert not first["cmdline_is_ours"], options
