@@ -20,7 +20,6 @@ closes (the harness exited or was killed), and so do its supervisors (their pare
 """
 from __future__ import annotations
 
-import gc
 import importlib
 import os
 import signal
@@ -39,10 +38,6 @@ def serve(control_fd: int, preload: list[str]) -> None:
                  "retrylab.learner_site.broker_redirect", "retrylab.learner_site.virtual_clock"):
         importlib.import_module(name)
     sys.modules["retrylab.learner_site.virtual_clock"].preload()
-    # Every object so far is moved out of the collector's reach: a run's first collection would otherwise walk
-    # them all, writing to every page of the heap it shares with this process, and copy it (copy-on-write)
-    gc.collect()
-    gc.freeze()
     signal.signal(signal.SIGCHLD, _reap)
     control.send(b"ready")
     while True:

@@ -117,6 +117,12 @@ def _settings(kind: str, name: str, options: dict) -> tuple:
     return kind, name, tuple(sorted((dest, value) for dest, value in options.items() if value is not None))
 
 
+def _made_and_started(kind: str, name: str, options: dict) -> Backend:
+    backend = get(kind).make_backend(name, **{dest: value for dest, value in options.items() if value is not None})
+    backend.start()
+    return backend
+
+
 def start_early(kind: str, name: str, *, in_this_thread: bool = False, **options) -> None:
     """Start, in the background, the backend a grading in this process is about to take (started_backend):
     `retrylab check` calls this as soon as it knows the exercise and backend, so the servers start while pytest is
@@ -127,17 +133,16 @@ def start_early(kind: str, name: str, *, in_this_thread: bool = False, **options
 
     def start():
         try:
-            backend = get(kind).make_backend(name, **{k: v for k, v in options.items() if v is not None})
-            backend.start()
-            outcome.append(backend)
+            outcome.append(_made_and_started(kind, name, options))
         except Exception as exc:       # BackendUnavailable among them: the grading that takes it says it
             outcome.append(exc)
 
     thread = None if in_this_thread else threading.Thread(target=start, daemon=True, name=f"retrylab-start-{kind}")
+    settings = _settings(kind, name, options)
     with _early_lock:
-        if _settings(kind, name, options) in _early:
+        if settings in _early:
             return
-        _early[_settings(kind, name, options)] = (thread, outcome)
+        _early[settings] = (thread, outcome)
     if thread is None:
         start()
     else:
@@ -150,9 +155,7 @@ def started_backend(kind: str, name: str, **options) -> Backend:
     with _early_lock:
         early = _early.pop(_settings(kind, name, options), None)
     if early is None:
-        backend = get(kind).make_backend(name, **{k: v for k, v in options.items() if v is not None})
-        backend.start()
-        return backend
+        return _made_and_started(kind, name, options)
     thread, outcome = early
     if thread is not None:
         thread.join()

@@ -146,8 +146,8 @@ WARM_MODULE = "retrylab.brokers.redis.fakeredis_fixes"
 def _warm_here() -> bool:
     """Fork the server rather than start a new interpreter: fakeredis is imported here already, and this process
     has a single thread (a fork copies only the calling thread: a lock another thread held would stay held)."""
-    return (WARM_MODULE in sys.modules and threading.active_count() == 1 and sys.platform.startswith("linux")
-            and os.environ.get("RETRYLAB_WARM_START", "1").strip() != "0")
+    from retrylab import warmstart      # RETRYLAB_WARM_START=0 turns forking off here too
+    return WARM_MODULE in sys.modules and threading.active_count() == 1 and warmstart.enabled()
 
 
 class ForkedServer:
