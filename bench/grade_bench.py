@@ -6,18 +6,20 @@
     python bench/grade_bench.py --exercise stream-consumer --batch 0 --no-breakdown   # that exercise's
                                                 # reference, median of 5 per backend (target < 4 s)
 
-1. One grading of the reference solution as a user runs it (`retrylab check solution`), on `fake`
-   and `redis-server`: median and max wall seconds of N runs, and the median CPU seconds of the whole grading
-   (every process it started, learner processes and servers included). Targets (issue 15): backoff-dlq a median
-   of at most 1.0 s wall and 1.0 CPU-s on either backend; stream-consumer's runs wait real min-idle times, and
-   its target is a median under 4 s.
+1. One grading of the reference solution as a user runs it (`retrylab check solution`), on each backend of the
+   exercise's broker that starts its own servers (container excepted: bench/container_bench.py): median and max
+   wall seconds of N runs, and the median CPU seconds of the whole grading (every process it started, learner
+   processes and servers included). Targets (issue 15 and each exercise's issue): backoff-dlq a median of at most
+   1.0 s wall and 1.0 CPU-s on either backend; stream-consumer under 4 s, jetstream-dlq under 6 s, retry-topics
+   under 20 s (their runs wait real server time: min-idle, BackOff, group joins).
 `--exercise ID` measures that exercise (its reference solution, its corpus for the batch part).
 2. `retrylab grade-batch` throughput for generated submissions (corpus entries, correct and
    known-wrong, cycled), with --jobs 1 and --jobs 2, each forked from warm processes (the default) and
    `--cold`. Targets on 2 cores (issue 15): --jobs 2 >= 1.8x --jobs 1, and >= 70 submissions a minute.
-3. Where one grading's time goes, per step (in-process, from the runner's timing records): the
-   private Redis, starting the learner's process until its first Redis command, the learner's
-   run, the wait after its last change before a never-exiting worker is called settled, cleanup.
+3. Where one grading's time goes (in-process): each step's seconds, and every learner run, those in a step and
+   those beside the steps (in a thread of their own): preparing it (copy, relay), starting the learner's
+   process until its first broker command, the run, the wait after its last change before a never-exiting
+   script is called settled, cleanup, and the run's CPU.
 
 Timings depend on what else the machine is doing: the 1-minute load average is printed with each
 part. Nothing here asserts; the tests assert behaviour, this script measures.
@@ -40,14 +42,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+from retrylab import brokers
 from retrylab import exercise as exercises
-from retrylab.brokers.redis.backends import make_backend
 from retrylab.grading import GradingPlugin, pytest_args
 
-BACKENDS = ("fake", "redis-server")
 # seconds, median wall of one grading of the reference; backoff-dlq also at most CPU_TARGET CPU-seconds
-TARGETS = {"backoff-dlq": 1.0, "stream-consumer": 4.0}
+TARGETS = {"backoff-dlq": 1.0, "stream-consumer": 4.0, "jetstream-dlq": 6.0, "retry-topics": 20.0}
 CPU_TARGET = {"backoff-dlq": 1.0}
+MEASURED_ELSEWHERE = ("container",)   # needs a Docker engine: bench/container_bench.py
 
 
 class Measured:
@@ -60,6 +64,9 @@ class Measured:
         self.reference = self.corpus.REFERENCE
         self.target = TARGETS.get(self.id, 3.0)
         self.cpu_target = CPU_TARGET.get(self.id)
+        self.broker = brokers.get(self.exercise.broker)
+        # the backends that start their own private servers, as `retrylab check` would use them here
+        self.backends = tuple(b for b in self.broker.private_backends if b not in MEASURED_ELSEWHERE)
 
     def command(self, *args: str) -> list[str]:
         return retrylab_command() + [args[0], "--exercise", self.id, *args[1:]]
@@ -129,7 +136,7 @@ def single_grades(runs: int) -> tuple[list[str], dict[str, float]]:
              "|---|---|---|---|---|---|---|---|"]
     medians = {}
     measured = MEASURED
-    for backend in BACKENDS:
+    for backend in measured.backends:
         before = load()
         command = measured.command("check", str(measured.reference), "--backend", backend, "--format", "exercism")
         wall(command)  # warm the page cache; not counted
@@ -205,20 +212,33 @@ def batch_throughput(count: int) -> list[str]:
 # -- 3. where the time goes -------------------------------------------------------------------------
 
 class _Timings(GradingPlugin):
-    """The grading's own record of each check's phases, read as seconds and learner runs per step."""
+    """The grading's own record of each check's phases (seconds per step), and the learner runner's record of
+    every learner run (RunTiming), those in a thread beside the steps too."""
+
+    learner = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        value = yield
+        if fixturedef.argname == "learner":
+            self.learner = value
+        return value
 
     @property
     def step_seconds(self) -> dict[int | str, float]:
         return {key: sum(p.report.duration for p in phases) for key, phases in self.by_check.items()}
 
-    @property
-    def runs(self) -> dict[int | str, list[dict]]:
-        return {key: [t for r in {id(p.record): p.record for p in phases}.values() for t in r.timings]
-                for key, phases in self.by_check.items()}
+    def runs(self) -> dict[tuple[str, str, int], object]:
+        """Each learner run, keyed (harness thread, script, its ordinal among that thread's runs of it)."""
+        seen: dict[tuple[str, str], int] = {}
+        keyed = {}
+        for timing in (self.learner.timings if self.learner else ()):
+            n = seen[timing.thread, timing.script] = seen.get((timing.thread, timing.script), 0) + 1
+            keyed[timing.thread, timing.script, n] = timing
+        return keyed
 
 
 def _grade_in_process(backend: str) -> tuple[float, _Timings]:
-    import pytest
     exercise = MEASURED.exercise
     collector = _Timings(exercise)
     args = [*pytest_args(exercise), "--solution", str(MEASURED.reference), "--backend", backend]
@@ -229,26 +249,30 @@ def _grade_in_process(backend: str) -> tuple[float, _Timings]:
     return time.monotonic() - started, collector
 
 
-def _redis_costs(backend: str, n: int = 20) -> tuple[float, float]:
-    """(backend start+stop per grading, one check's private Redis enter+exit), medians."""
+def _backend_costs(backend: str, n: int = 20) -> tuple[float, float]:
+    """(backend start+stop per grading, one check's private server taken and given back), medians."""
     starts, privates = [], []
     for _ in range(5):
-        b = make_backend(backend)
+        b = MEASURED.broker.make_backend(backend)
         t = time.monotonic()
         b.start()
         b.stop()
         starts.append(time.monotonic() - t)
-    b = make_backend(backend)
+    b = MEASURED.broker.make_backend(backend)
     b.start()
     try:
         for _ in range(n):
             t = time.monotonic()
-            with b.private() as endpoint, endpoint.client() as client:
-                client.ping()
+            with b.private():
+                pass
             privates.append(time.monotonic() - t)
     finally:
         b.stop()
     return statistics.median(starts), statistics.median(privates)
+
+
+def _where(thread: str) -> str:
+    return "a step" if thread == "MainThread" else f"beside ({thread})"
 
 
 def breakdown(runs: int, cli_medians: dict[str, float]) -> list[str]:
@@ -256,34 +280,46 @@ def breakdown(runs: int, cli_medians: dict[str, float]) -> list[str]:
     imports = med(wall([sys.executable, "-c", "import retrylab.cli, retrylab.grading"]) for _ in range(runs))
     lines = [f"Starting the CLI (interpreter and imports: `import retrylab.cli, retrylab.grading`): "
              f"{imports:.2f} s (median of {runs}).", ""]
-    for backend in BACKENDS:
+    for backend in MEASURED.backends:
         _grade_in_process(backend)  # warm-up
         samples = [_grade_in_process(backend) for _ in range(runs)]
         totals = [s for s, _ in samples]
-        start, private = _redis_costs(backend)
+        start, private = _backend_costs(backend)
         lines += [f"**{backend}** (medians of {runs}; load {load()}): CLI {cli_medians.get(backend, float('nan')):.2f} s;"
                   f" in-process grading {med(totals):.2f} s, of which pytest start, collection and teardown"
                   f" {med(totals) - med(sum(t.step_seconds.values()) for _, t in samples):.2f} s and the steps below."
-                  f" Redis: backend start+stop {start * 1000:.0f} ms per grading, one check's private Redis"
-                  f" {private * 1000:.0f} ms.", "",
-                  "| step | step s | learner run | prepare (copy, proxy) s | process start to 1st Redis command s "
-                  "| run s | of which settle wait s | cleanup s |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f" {MEASURED.broker.shown_name or MEASURED.broker.kind}: backend start+stop {start * 1000:.0f} ms"
+                  f" per grading, one check's private server {private * 1000:.0f} ms.", "",
+                  "| step | step s |", "|---|---|"]
         steps = sorted({k for _, t in samples for k in t.step_seconds}, key=str)
         for step in steps:
-            seconds = med(t.step_seconds.get(step, 0.0) for _, t in samples)
-            scripts = [r for _, t in samples for r in t.runs.get(step, [])]
-            if not scripts:
-                lines.append(f"| {step} | {seconds:.3f} | - | | | | | |")
-                continue
-            for script in sorted({r["script"] for r in scripts}):
-                mine = [r for r in scripts if r["script"] == script]
-                first = [r["first_command"] for r in mine if r["first_command"] is not None]
-                lines.append(f"| {step} | {seconds:.3f} | {script} | {med(r['prepare'] for r in mine):.3f} | "
-                             f"{med(first):.3f} | {med(r['run'] for r in mine):.3f} | "
-                             f"{med(r['settle'] for r in mine):.3f} | {med(r['cleanup'] for r in mine):.3f} |")
+            lines.append(f"| {step} | {med(t.step_seconds.get(step, 0.0) for _, t in samples):.3f} |")
+        lines += ["", "| learner run | run in | runs | prepare (copy, relay) s | process start to 1st broker command s "
+                  "| run s | of which settle wait s | cleanup s | CPU s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        keys = sorted({k for _, t in samples for k in t.runs()}, key=lambda k: (k[0] != "MainThread", k))
+        for thread, script, n in keys:
+            mine = [t.runs()[thread, script, n] for _, t in samples if (thread, script, n) in t.runs()]
+            first = [r.first_command for r in mine if r.first_command is not None]
+            cpu = [r.cpu for r in mine if r.cpu is not None]
+            lines.append(f"| {script} #{n} | {_where(thread)} | {len(mine)} | {med(r.prepare for r in mine):.3f} | "
+                         f"{med(first) if first else float('nan'):.3f} | {med(r.run for r in mine):.3f} | "
+                         f"{med(r.settle for r in mine):.3f} | {med(r.cleanup for r in mine):.3f} | "
+                         f"{med(cpu) if cpu else float('nan'):.3f} |")
         lines.append("")
     return lines
+
+
+def bytecode_state() -> str:
+    """Whether the harness's own modules load from cached bytecode: an editable install under
+    PYTHONDONTWRITEBYTECODE=1 never writes it, and each grading then compiles them all (about 0.1 CPU-s and
+    as much wall time here, see the README's "How fast"). pip writes it for a regular install."""
+    import importlib.util
+    from retrylab import grading
+    if Path(importlib.util.cache_from_source(grading.__file__)).exists():
+        return "the harness's modules load from cached bytecode"
+    why = " (PYTHONDONTWRITEBYTECODE is set)" if sys.dont_write_bytecode else ""
+    return f"the harness's modules have no cached bytecode{why}: each grading compiles them"
 
 
 def wait_for_load(limit: float, patience: float = 600) -> None:
@@ -304,12 +340,12 @@ def main() -> None:
     global MEASURED
     MEASURED = Measured(args.exercise)
     count_orphans()
-    if shutil.which("redis-server") is None:
+    if "redis-server" in MEASURED.backends and shutil.which("redis-server") is None:
         raise SystemExit("redis-server is not on PATH: the redis-server rows need it")
     if args.wait_load:
         wait_for_load(args.wait_load)
     print(f"# retrylab grading benchmark: {MEASURED.id}\n\n{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-          f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+          f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {bytecode_state()}\n")
     print("## One grading of the reference solution (`retrylab check solution --format exercism`)\n")
     table, medians = single_grades(args.runs)
     print("\n".join(table) + "\n", flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ class RunTiming:
     reason: str = "exited"      # why it ended (a retrylab.settle.Reason value)
     attempts: int = 1           # 2: re-run once, the first run stopped before its first broker command
     cut: bool = False           # stopped by the step's time limit
+    thread: str = ""            # the harness thread that ran it: MainThread (a step), else one beside the steps
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,8 @@ class LearnerRunner:
         self.application = application
         self.learner_imports = learner_imports   # the broker's client libraries (Broker.learner_imports)
         self.warm_imports = warm_imports         # of those, what the warm template imports ahead
+        # every run's timing, those beside the steps (no step clock) too; copies share it (without_step_clock)
+        self.timings: list[RunTiming] = []
 
     def run(self, script: str, endpoint, *, timeout: float,
             stop_when: StopCondition | None = None, app: Application | None = None,
@@ -260,7 +264,9 @@ class LearnerRunner:
         timing = RunTiming(script=script, prepare=prepared - began, first_command=first, run=result.seconds,
                            settle=progress.settle_wait(), cleanup=time.monotonic() - finished,
                            cpu=cpu[0], reason=reason.value, attempts=attempt,
-                           cut=by_step_limit and result.stopped == "timeout")
+                           cut=by_step_limit and result.stopped == "timeout",
+                           thread=threading.current_thread().name)
+        self.timings.append(timing)
         if self.clock:
             self.clock.timings.append(timing)
             if timing.cut:

@@ -7,10 +7,12 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
 
+from retrylab.background import without_step_clock
 from retrylab.brokers.redis.backends import make_backend
 from retrylab.brokers.redis.commands import Command, read_timeout
 from retrylab.runner import LearnerRunner
@@ -155,3 +157,22 @@ def test_a_learner_without_cpu_for_seconds_is_not_taken_for_settled(tmp_path, fa
     assert run.result.reason == Reason.EXITED.value, run.result.describe()
     assert done == messages
     assert run.result.seconds > 3.0
+
+
+def test_the_runner_keeps_every_runs_timing_with_the_thread_that_ran_it(tmp_path, fake_backend):
+    """What bench/grade_bench.py reads to say where a grading's time goes: the runs of a step (the main thread)
+    and those beside the steps (a copy without the step clock, in a thread of its own) in one record."""
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "once.py").write_text("import redis\nredis.Redis().set('k', 'v')\n")
+    runner = LearnerRunner(folder)
+    beside = without_step_clock(runner)
+    with fake_backend.private() as endpoint:
+        runner.run("once.py", endpoint, timeout=20)
+        thread = threading.Thread(target=beside.run, args=("once.py", endpoint), kwargs={"timeout": 20},
+                                  name="retrylab-beside")
+        thread.start()
+        thread.join()
+        runner.run("missing.py", endpoint, timeout=20)    # no script, no run: nothing to time
+    assert [(t.script, t.thread) for t in runner.timings] == [("once.py", "MainThread"), ("once.py", "retrylab-beside")]
+    assert all(t.first_command is not None and t.run >= t.first_command for t in runner.timings)
