@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 
 from helpers import scripts_folder
 from retrylab import sandbox
