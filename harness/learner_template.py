@@ -13,9 +13,9 @@ the forked copy (`run_script`), with the run's environment, argv, cwd and learne
 descriptor it did not open itself closed. bubblewrap has to exec what it contains, so runs contained by it
 start cold; warm start uses direct unshare(2) (retrylab.containment prefers it then).
 
-The template also forks the grading's helpers on request (`Template.fork_service`: the fake Redis server, which
-would otherwise start an interpreter of its own and import the client library again): such a child runs a module's
-`serve_forked()` and never sees a run's config either.
+The template also forks the grading's helpers on request (`Template.fork_service`: a broker's server written in
+Python, which would otherwise start an interpreter of its own and import the client library again): such a child
+runs a module's `serve_forked()` and never sees a run's config either.
 
 What a learner process can see of the template: modules imported (all of them importable by it anyway) and the
 template's own empty state. The template holds no secret: its environment is the learner's allowlist, it never
@@ -105,13 +105,16 @@ def _become_supervisor(fds: list[int], base_path: list[str]) -> None:
 
 
 def _become_service(fds: list[int], module: str) -> None:
-    """In the forked child: a helper of the grading's (the fake Redis server), `module.serve_forked()` with requests
-    on stdin and answers on stdout, in a session of its own, holding no other descriptor (not the control
+    """In the forked child: a helper of the grading's (a broker's server written in Python), `module.serve_forked()`
+    with requests on stdin and answers on stdout, in a session of its own, holding no other descriptor (not the control
     socket: only the harness may ask the template for anything). Its parent is the template, which ends when the
     grading does; the helper then gets its parent-death signal, or EOF on stdin. Never returns."""
     try:
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+        # as in any Python process: a write to a client that has gone raises BrokenPipeError, where the default
+        # action would kill the whole helper (a learner's process killed mid-reply ended every check after it)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         os.setsid()
         requests_r, answers_w = fds

@@ -31,10 +31,12 @@ import redis
 pong = redis.Redis(port=port).ping()
 pid = servers.pid
 with open(f"/proc/{{pid}}/status") as f:
-    uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    status = dict(line.rstrip("\n").split(":\t", 1) for line in f)
+uid = int(status["Uid"].split()[0])
+sigpipe_ignored = bool(int(status["SigIgn"], 16) & (1 << (13 - 1)))
 from retrylab import warmstart
 control = [f"/proc/{{t.pid}}/fd/{{t._socket.fileno()}}" for t in warmstart._templates.values()]
-print(json.dumps({{"kind": type(servers._proc).__name__, "pid": pid, "pong": pong, "uid": uid,
+print(json.dumps({{"kind": type(servers._proc).__name__, "pid": pid, "pong": pong, "uid": uid, "sigpipe_ignored": sigpipe_ignored,
                   "parent": int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1]),
                   "templates": [t.pid for t in warmstart._templates.values()],
                   "control_sockets": [os.readlink(f"/proc/{{t.pid}}/fd/{{fd}}") for t in warmstart._templates.values()
@@ -67,6 +69,9 @@ def test_a_warm_grading_forks_a_contained_server_that_stops_with_it(threads, kin
     out, err = proc.communicate(timeout=60)
     first, second = (json.loads(line) for line in out.splitlines())
     assert first["kind"] == kind and first["pong"] is True, err
+    # as in any Python process: a client gone mid-reply (a learner's process killed) is an error on that connection,
+    # not SIGPIPE's default action, which killed the server and every later check of the grading (stream-flood)
+    assert first["sigpipe_ignored"] is True
     assert not first["exe_is_ours"] or first["cmdline_is_ours"] or first["parent"] in first["templates"], \
         "a fork: no new interpreter started"
     if kind == "WarmService":
@@ -99,5 +104,5 @@ def test_with_warm_start_off_the_server_is_a_new_interpreter():
     for options in ({}, {"threads": True}):
         out, err = _run(env={"RETRYLAB_WARM_START": "0"}, **options).communicate(timeout=60)
         first = json.loads(out.splitlines()[0])
-        assert first["kind"] == "Popen" and first["pong"] is True, (options, err)
+        assert first["kind"] == "Popen" and first["pong"] is True and first["sigpipe_ignored"] is True, (options, err)
         assert not first["cmdline_is_ours"], options

@@ -217,8 +217,9 @@ class ForkedServer:
                 prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
                 if os.getppid() != parent:
                     os._exit(1)
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+                for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)
+                signal.signal(signal.SIGPIPE, signal.SIG_IGN)   # a client gone mid-reply: an error, not our death
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(in_r, 0)
                 os.dup2(out_w, 1)
