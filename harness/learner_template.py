@@ -13,10 +13,6 @@ the forked copy (`run_script`), with the run's environment, argv, cwd and learne
 descriptor it did not open itself closed. bubblewrap has to exec what it contains, so runs contained by it
 start cold; warm start uses direct unshare(2) (retrylab.containment prefers it then).
 
-The template also forks the grading's helpers on request (`Template.fork_service`: a broker's server written in
-Python, which would otherwise start an interpreter of its own and import the client library again): such a child
-runs a module's `serve_forked()` and never sees a run's config either.
-
 What a learner process can see of the template: modules imported (all of them importable by it anyway) and the
 template's own empty state. The template holds no secret: its environment is the learner's allowlist, it never
 reads a config, and it runs as root only to fork supervisors. It ends when the harness's end of the socket
@@ -24,7 +20,6 @@ closes (the harness exited or was killed), and so do its supervisors (their pare
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import signal
@@ -50,11 +45,7 @@ def serve(control_fd: int, preload: list[str]) -> None:
             message, fds, _, _ = socket.recv_fds(control, 64, 5)
         except OSError:
             message, fds = b"", []
-        if message[:3] == b"run" and len(message) == 11 and len(fds) == 5:
-            child = functools.partial(_become_supervisor, fds, base_path)
-        elif message[:3] == b"srv" and len(message) > 11 and len(fds) == 2:
-            child = functools.partial(_become_service, fds, message[11:].decode())
-        else:
+        if message[:3] != b"run" or len(message) != 11 or len(fds) != 5:
             for fd in fds:
                 os.close(fd)
             os._exit(0)                     # EOF: the harness is gone (or talks nonsense)
@@ -62,13 +53,13 @@ def serve(control_fd: int, preload: list[str]) -> None:
         try:
             pid = os.fork()
             if pid == 0:
-                child()
+                _become_supervisor(fds, base_path)
             pidfd = os.pidfd_open(pid)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         for fd in fds:
             os.close(fd)
-        socket.send_fds(control, [message[3:11] + pid.to_bytes(4, "little")], [pidfd])  # the request's id first
+        socket.send_fds(control, [message[3:] + pid.to_bytes(4, "little")], [pidfd])  # the request's id first
         os.close(pidfd)
 
 
@@ -102,31 +93,6 @@ def _become_supervisor(fds: list[int], base_path: list[str]) -> None:
         import traceback
         os.write(2, f"retrylab: the warm supervisor failed:\n{traceback.format_exc()}".encode("utf-8", "replace"))
     os._exit(127)
-
-
-def _become_service(fds: list[int], module: str) -> None:
-    """In the forked child: a helper of the grading's (a broker's server written in Python), `module.serve_forked()`
-    with requests on stdin and answers on stdout, in a session of its own, holding no other descriptor (not the control
-    socket: only the harness may ask the template for anything). Its parent is the template, which ends when the
-    grading does; the helper then gets its parent-death signal, or EOF on stdin. Never returns."""
-    try:
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        # as in any Python process: a write to a client that has gone raises BrokenPipeError, where the default
-        # action would kill the whole helper (a learner's process killed mid-reply ended every check after it)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        os.setsid()
-        requests_r, answers_w = fds
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(requests_r, 0)
-        os.dup2(answers_w, 1)
-        os.dup2(null, 2)
-        _close_all_but([0, 1, 2])
-        importlib.import_module(module).serve_forked()
-    except BaseException:  # noqa: BLE001 - the harness sees the helper end without answering, and says so
-        pass
-    os._exit(1)
 
 
 def _close_all_but(keep: list[int]) -> None:

@@ -12,7 +12,6 @@ starts a new one.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import select
 import signal
@@ -87,16 +86,6 @@ class WarmProcess:
         self._close()
 
 
-class WarmService(WarmProcess):
-    """A helper of the grading forked by the template (`Template.fork_service`): requests on its stdin, answers on
-    its stdout; what a spawned server's Popen gives, through a pidfd. It has no child of its own to take along, so
-    `kill` (by pidfd, never by a pid the template may have reaped and the kernel reused) ends all of it."""
-
-    def __init__(self, pid: int, pidfd: int, stdin, stdout):
-        super().__init__(pid, pidfd, stdout, None, -1)
-        self.stdin = stdin
-
-
 class Template:
     """A running template and the socket to it. Usable from several threads; after a fork, from the child
     alone (`share_with_forks`), since requests and answers are matched by id, not by order."""
@@ -149,45 +138,25 @@ class Template:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         life_r, life_w = os.pipe()
-        with self._forking(keep=(out_r, err_r, life_w), sent=(out_w, err_w, life_r)):
-            pid, pidfd = self._fork(b"run", b"", [out_w, err_w, status_w, config_r, life_r])
-        return WarmProcess(pid, pidfd, open(out_r, "rb"), open(err_r, "rb"), life_w)
-
-    def fork_service(self, module: str) -> WarmService:
-        """A new child running `module.serve_forked()` (learner_template._become_service), its stdin and stdout on
-        fresh pipes."""
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        with self._forking(keep=(in_w, out_r), sent=(in_r, out_w)):
-            pid, pidfd = self._fork(b"srv", module.encode(), [in_r, out_w])
-        return WarmService(pid, pidfd, open(in_w, "wb", 0), open(out_r, "rb", 0))
-
-    def _fork(self, kind: bytes, tail: bytes, fds: list[int]) -> tuple[int, int]:
-        """Ask for a child of `kind`, handing it `fds`: its pid and a pidfd of it."""
         request = os.urandom(8)
-        with self._lock:
-            socket.send_fds(self._socket, [kind + request + tail], fds)
-            message, answered = self._answer(request, ANSWER_TIMEOUT)
-        if len(message) != 4 or len(answered) != 1:
-            for fd in answered:
-                os.close(fd)
-            raise TemplateError("the learner template answered nonsense")
-        return int.from_bytes(message, "little"), answered[0]
-
-    @contextlib.contextmanager
-    def _forking(self, *, keep: tuple[int, ...], sent: tuple[int, ...]):
-        """Our copies of the ends handed to the child (`sent`) are closed either way; the ends we `keep` too, and
-        the template is given up, if it did not answer."""
         try:
-            yield
-        except (OSError, TemplateError):
-            for fd in keep:
+            with self._lock:
+                socket.send_fds(self._socket, [b"run" + request], [out_w, err_w, status_w, config_r, life_r])
+                message, fds = self._answer(request, ANSWER_TIMEOUT)
+            if len(message) != 4 or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise TemplateError("the learner template answered nonsense")
+        except BaseException as exc:   # Ctrl-C while waiting too: closing the lifeline stops a supervisor forked anyway
+            for fd in (out_r, err_r, life_w):
                 os.close(fd)
-            self.close()
+            if isinstance(exc, (OSError, TemplateError)):
+                self.close()
             raise
         finally:
-            for fd in sent:
+            for fd in (out_w, err_w, life_r):
                 os.close(fd)
+        return WarmProcess(int.from_bytes(message, "little"), fds[0], open(out_r, "rb"), open(err_r, "rb"), life_w)
 
     def close(self) -> None:
         """Close the socket: the template ends once no process holds it any more."""

@@ -1,6 +1,5 @@
-"""A grading's private servers (redis-server processes, the fake backend's server process, spawned or forked by the
-warm learner template) end with the grading, however it ends: SIGTERM (a CI timeout, a batch supervisor) or SIGKILL
-included."""
+"""A grading's private servers (redis-server processes, the fake backend's server process) end with the grading,
+however it ends: SIGTERM (a CI timeout, a batch supervisor) or SIGKILL included."""
 from __future__ import annotations
 
 import os
@@ -12,7 +11,6 @@ import time
 import pytest
 
 from helpers import alive, wait_until
-from retrylab.brokers.redis import fake_server_process
 from retrylab.fixtures.backoff_dlq import corpus
 
 LIMIT = 60.0
@@ -39,27 +37,7 @@ def _children(pid: int) -> dict[int, str]:
 
 
 def _servers(pid: int) -> dict[int, str]:
-    """The grading's servers: its children that are server programs, and the fake server its learner template
-    forked (fake_server_process._from_template: the template's command line, as a fork, but running as one of the
-    fake server's uids when we are root, and with threads, where a run's supervisor has none)."""
-    children = _children(pid)
-    found = {p: c for p, c in children.items() if "redis-server" in c or "fake_server_process" in c}
-    for template in (p for p, c in children.items() if "retrylab.learner_template" in c):
-        found.update({p: "the fake server (forked by the learner template)" for p in _children(template)
-                      if _forked_server(p)})
-    return found
-
-
-def _forked_server(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            status = dict(line.split(":", 1) for line in f)
-    except (OSError, ValueError):
-        return False
-    if os.geteuid() == 0:
-        low, high = fake_server_process.UID_RANGE
-        return low <= int(status["Uid"].split()[0]) < high
-    return int(status["Threads"]) > 1
+    return {p: c for p, c in _children(pid).items() if "redis-server" in c or "fake_server_process" in c}
 
 
 @pytest.mark.parametrize("backend, count", [("redis-server", 1), ("fake", 1)])

@@ -56,12 +56,12 @@ class FakeServerProcess:
         if _warm_here():
             proc = ForkedServer.fork()
         else:
-            proc = _from_template() or spawn_server(
-                [sys.executable, "-I", "-m", "retrylab.brokers.redis.fake_server_process"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=0)
+            proc = spawn_server([sys.executable, "-I", "-m", "retrylab.brokers.redis.fake_server_process"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                close_fds=True, bufsize=0)
         with self._lock:
             if self._proc is not None:      # another thread started one meanwhile
-                _end(proc)
+                kill_group(proc)
             else:
                 self._proc, self._ready, self._pending = proc, False, b""
         return self
@@ -108,7 +108,7 @@ class FakeServerProcess:
         """End the child after an exchange that did not complete (the lock is held)."""
         proc, self._proc, self._ready, self._pending = self._proc, None, False, b""
         if proc is not None:
-            _end(proc)
+            kill_group(proc)
 
     def stop_server(self, port: int) -> None:
         with self._lock:
@@ -129,50 +129,9 @@ class FakeServerProcess:
         except (OSError, subprocess.TimeoutExpired):
             pass
         if proc.poll() is None:
-            _end(proc)
+            kill_group(proc)
         else:
             proc.stdout.close()
-
-
-def _end(proc) -> None:
-    """SIGKILL the server process and reap it (or, forked by the template, see it end: the template reaps it)."""
-    from retrylab.warmstart import WarmService
-    if not isinstance(proc, WarmService):
-        kill_group(proc)
-        return
-    proc.kill()                     # by pidfd: the template may have reaped it, and its pid may be another's now
-    proc.wait()
-    proc.stdin.close()
-    proc.stdout.close()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# a child forked from the warm learner template
-
-def _from_template():
-    """The server forked by the grading's warm learner template (retrylab.warmstart), or None where there is none to
-    use (warm start off, or runs contained by bubblewrap, which start cold). The template has redis-py imported
-    already: the server then imports only fakeredis, about 0.15 CPU-s less than an interpreter of its own, which
-    would also contend for the CPU with the grading's start. Its parent is the template, which ends when the
-    grading does (the parent-death signal set in _drop_privileges), and it reads its requests from a pipe whose
-    other end only this process holds."""
-    from retrylab import brokers, sandbox, warmstart
-    if not warmstart.enabled():
-        return None
-    broker = brokers.get("redis")
-    try:
-        if sandbox.containment(broker.learner_imports).namespaces == "bwrap":
-            return None
-        return warmstart.template(broker.warm_imports, sandbox.Sandbox.template_environment()).fork_service(__name__)
-    except (OSError, sandbox.SandboxError, warmstart.TemplateError):
-        return None                 # a new interpreter, as without warm start
-
-
-def serve_forked() -> None:
-    """The server's main when the template forked it (learner_template._become_service): stdin and stdout are its
-    pipes to the grading."""
-    serve(os.getppid(), os.fdopen(0, "r"))
-    os._exit(0)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -219,7 +178,9 @@ class ForkedServer:
                     os._exit(1)
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)
-                signal.signal(signal.SIGPIPE, signal.SIG_IGN)   # a client gone mid-reply: an error, not our death
+                # ignored, as in any Python process: a client gone mid-reply (a learner's process killed) is an error
+                # on that connection; the default action killed the server and every later check of the grading
+                signal.signal(signal.SIGPIPE, signal.SIG_IGN)
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(in_r, 0)
                 os.dup2(out_w, 1)
