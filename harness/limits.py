@@ -66,7 +66,6 @@ class StepClock:
         self._overdue = False           # the alarm came while shielded: fire it when the shield is left
         self._alarmed = False           # the alarm's handler is installed (main thread, in a phase)
         self._exit_site = None          # (frame, instruction) that called the last shield's __exit__
-        self.timings: list = []         # RunTiming of each learner run in the current phase
 
     # -- the current phase --------------------------------------------------------------------
     def limit_of(self, step) -> float:
@@ -80,7 +79,6 @@ class StepClock:
         learner runs; the alarm there is only a backstop against a harness hang)."""
         self._key, self._label, self._limit = key, label, limit
         self._cut = []
-        self.timings = []
         started = time.monotonic()
         self._deadline = started + max(0.0, limit - self._spent.get(key, 0.0))
         try:

@@ -36,7 +36,6 @@ class CheckRecord:
     output: list[str] = dataclasses.field(default_factory=list)   # what the learner's scripts printed
     location: tuple[str, int | None] | None = None   # where in the learner's files a failure points
     verdicts: set[str] = dataclasses.field(default_factory=set)   # phases whose failure is a verdict, no crash
-    timings: list[dict] = dataclasses.field(default_factory=list)  # RunTiming dicts (for benchmarks)
 
 
 RECORD = pytest.StashKey[CheckRecord]()
@@ -287,7 +286,6 @@ def pytest_runtest_makereport(item, call):
         return
     key, label, limit = timed
     clock = item.config.stash[CLOCK]
-    record_of(item).timings.extend(dataclasses.asdict(t) for t in clock.timings)
     if call.excinfo is not None and call.excinfo.errisinstance(StepTimeLimit) and call.excinfo.value.key != key:
         # a session fixture (the shared worker run) was stopped by the step that started it
         _verdict(item, report, i18n.label("limits.shared", label=label, message=call.excinfo.value.message))

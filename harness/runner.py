@@ -267,10 +267,8 @@ class LearnerRunner:
                            cut=by_step_limit and result.stopped == "timeout",
                            thread=threading.current_thread().name)
         self.timings.append(timing)
-        if self.clock:
-            self.clock.timings.append(timing)
-            if timing.cut:
-                self.clock.cut(i18n.label("run.cut", script=script))
+        if self.clock and timing.cut:
+            self.clock.cut(i18n.label("run.cut", script=script))
         return dataclasses.replace(done, timing=timing, starved=_starved(done, runnable))
 
 
