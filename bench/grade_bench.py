@@ -297,9 +297,10 @@ def breakdown(runs: int, cli_medians: dict[str, float]) -> list[str]:
         lines += ["", "| learner run | run in | runs | prepare (copy, relay) s | process start to 1st broker command s "
                   "| run s | of which settle wait s | cleanup s | CPU s |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        keys = sorted({k for _, t in samples for k in t.runs()}, key=lambda k: (k[0] != "MainThread", k))
+        learner_runs = [t.runs() for _, t in samples]
+        keys = sorted({k for sample in learner_runs for k in sample}, key=lambda k: (k[0] != "MainThread", k))
         for thread, script, n in keys:
-            mine = [t.runs()[thread, script, n] for _, t in samples if (thread, script, n) in t.runs()]
+            mine = [sample[thread, script, n] for sample in learner_runs if (thread, script, n) in sample]
             first = [r.first_command for r in mine if r.first_command is not None]
             cpu = [r.cpu for r in mine if r.cpu is not None]
             lines.append(f"| {script} #{n} | {_where(thread)} | {len(mine)} | {med(r.prepare for r in mine):.3f} | "
