@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from helpers import alive, wait_until
-from retrylab.brokers.redis import fake_server_process
+from retrylab.brokers.redis import BROKER, fake_server_process
 
 # In a fresh interpreter with a single thread (a pytest worker has several): start a FakeServerProcess, ask it for a
 # server, and say what the server process is.
@@ -44,7 +44,7 @@ else:
 
 
 def _run(*, threads=False, stop=True, env=None):
-    script = SCRIPT.format(warm=fake_server_process.WARM_MODULE, threads=threads, stop=stop)
+    script = SCRIPT.format(warm=", ".join(BROKER.grading_warm_imports), threads=threads, stop=stop)
     return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 

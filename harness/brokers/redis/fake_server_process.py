@@ -137,17 +137,15 @@ class FakeServerProcess:
 # --------------------------------------------------------------------------------------------------------------------
 # a child forked from a warm grading process
 
-# Imported ahead by grade-batch's warm processes (Broker.grading_warm_imports): a grading forked from one finds
-# fakeredis and its Lua already loaded, and forks its server instead of starting an interpreter that imports them
-# (about 0.2 CPU-s of each grading).
-WARM_MODULE = "retrylab.brokers.redis.fakeredis_fixes"
-
-
 def _warm_here() -> bool:
-    """Fork the server rather than start a new interpreter: fakeredis is imported here already, and this process
-    has a single thread (a fork copies only the calling thread: a lock another thread held would stay held)."""
+    """Fork the server rather than start a new interpreter: fakeredis is imported here already (grade-batch's warm
+    processes import the broker's grading_warm_imports ahead: about 0.2 CPU-s of each grading forked from one), and
+    this process has a single thread (a fork copies only the calling thread: a lock another thread held would stay
+    held)."""
     from retrylab import warmstart      # RETRYLAB_WARM_START=0 turns forking off here too
-    return WARM_MODULE in sys.modules and threading.active_count() == 1 and warmstart.enabled()
+    from retrylab.brokers.redis import BROKER
+    return (all(name in sys.modules for name in BROKER.grading_warm_imports) and threading.active_count() == 1
+            and warmstart.enabled())
 
 
 class ForkedServer:
