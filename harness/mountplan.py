@@ -8,7 +8,7 @@ the plan out, or hands it to bubblewrap.
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.util
 import os
 import site
 import stat
@@ -34,10 +34,14 @@ def needed_paths() -> frozenset[Path]:
 
 
 def _module_root(name: str) -> str:
-    """Where `name` is installed: the folder holding its package (or module file)."""
-    module = importlib.import_module(name)
-    path = os.path.dirname(module.__file__)
-    return os.path.dirname(path) if os.path.basename(module.__file__) == "__init__.py" else path
+    """Where `name` is installed: the folder holding its package (or module file). Found, not imported: the
+    grading never uses the virtual clock's library itself, and importing it (and the unittest it imports)
+    cost every grading about 0.04 CPU-s."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+        raise ModuleNotFoundError(f"no installed module named {name!r}", name=name)
+    path = os.path.dirname(spec.origin)
+    return os.path.dirname(path) if os.path.basename(spec.origin) == "__init__.py" else path
 
 
 @functools.lru_cache(maxsize=8)
