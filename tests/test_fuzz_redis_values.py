@@ -174,6 +174,17 @@ def test_what_a_script_sent_is_read_without_fail(commands, bad_id):
     assert all(c is None or isinstance(c, int) for c in counts)
 
 
+@settings(max_examples=400, deadline=None)
+@given(raw=values | st.text(max_size=40) | st.builds(lambda ws, v: ws + v, st.sampled_from([b"", b" \t\r\n", b"\xef\xbb\xbf ",
+                                                                                        b"\x0b", b"\x0c"]), values))
+def test_the_cheap_prefilter_never_hides_an_object_or_a_string(raw):
+    """written_values skips what may_hold_object_or_string refuses: it must refuse only values decode_json would
+    not give as an object or string (else a requeue would go unseen)."""
+    value, problem = dlq_messages.decode_json(raw)
+    if not problem and isinstance(value, (dict, str)):
+        assert dlq_messages.may_hold_object_or_string(raw)
+
+
 # ------------------------------------------------------------------------------------------------
 # whole gradings
 

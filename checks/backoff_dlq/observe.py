@@ -8,7 +8,8 @@ from typing import Iterable
 from retrylab.appchannel import describe_call_limit, describe_malformed
 from retrylab.calllog import MALFORMED, Call
 
-from retrylab.checks.backoff_dlq.stored_values import attempts_of, decode_json, message_id, shorten
+from retrylab.checks.backoff_dlq.stored_values import (attempts_of, decode_json, may_hold_object_or_string, message_id,
+                                                       shorten)
 from retrylab.checks.backoff_dlq.catalog import tr
 from retrylab.checks.backoff_dlq import lab
 from retrylab.fixtures.backoff_dlq import message_factory
@@ -109,6 +110,8 @@ def written_values(run: ScriptRun, *, exclude_key: str) -> list[tuple[str, str, 
         if key == exclude_key:
             continue
         for arg in command.args[2:]:
+            if not may_hold_object_or_string(arg):
+                continue
             value, problem = decode_json(arg)
             if not problem and isinstance(value, (dict, str)):
                 found.append((command.name, key, value))
