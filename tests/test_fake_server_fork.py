@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from helpers import alive, wait_until
 from retrylab.brokers.redis import BROKER, fake_server_process
+
+REFERENCE = Path(__file__).resolve().parents[1] / "solution" / "backoff-dlq"
 
 # In a fresh interpreter with a single thread (a pytest worker has several): start a FakeServerProcess, ask it for a
 # server, and say what the server process is.
@@ -85,3 +88,41 @@ def test_with_other_threads_or_warm_start_off_the_server_is_a_new_interpreter():
         first = json.loads(out.splitlines()[0])
         assert first["kind"] == "Popen" and first["pong"] is True and first["sigpipe_ignored"] is True, (options, err)
         assert not first["cmdline_is_ours"], options
+
+
+# `retrylab check` as far as its servers: the arguments parsed and validated, the backend started early; then what
+# this process imported, and the command lines of its children (the fake server, the learner template)
+CHECK_START = r"""
+import json, os, sys, time
+from retrylab import brokers, cli
+from retrylab.commands import check
+parser, _, _ = cli._parser()
+args = parser.parse_args(["check", {solution!r}, "--backend", {backend!r}])
+check.validate(args)
+ours = open("/proc/self/cmdline").read()
+def children():
+    return [open(f"/proc/{{pid}}/cmdline").read() for pid in open(f"/proc/self/task/{{os.getpid()}}/children").read().split()]
+deadline = time.monotonic() + 20           # the server (forked at once, or from a thread) and the learner template
+while time.monotonic() < deadline and not (any("learner_template" in c for c in children())
+                                           and ({backend!r} != "fake" or len(children()) >= 2)):
+    time.sleep(0.05)
+children = children()
+print(json.dumps({{"warm_imported": all(m in sys.modules for m in {warm!r}),
+                  "forked": sum(c == ours for c in children), "interpreters": [c for c in children if c != ours]}}))
+brokers.stop_unused()
+"""
+
+
+def test_retrylab_check_forks_the_fake_server_from_itself_and_imports_nothing_for_a_real_server():
+    """On the fake backend `retrylab check` imports the server's modules before any thread starts and forks the
+    server (no second interpreter importing fakeredis); on redis-server it imports none of it."""
+    seen = {}
+    for backend in ("fake", "redis-server"):
+        script = CHECK_START.format(solution=str(REFERENCE), backend=backend, warm=BROKER.grading_warm_imports)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        seen[backend] = json.loads(out.stdout)
+    fake, real = seen["fake"], seen["redis-server"]
+    assert fake["warm_imported"] and fake["forked"] == 1, fake
+    assert not any("fake_server_process" in c for c in fake["interpreters"]), fake
+    assert not real["warm_imported"] and real["forked"] == 0, real

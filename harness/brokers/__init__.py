@@ -84,9 +84,11 @@ class Broker:
     fixtures: str                               # pytest plugin module with this broker's fixtures
     learner_imports: tuple[str, ...] = ()       # client libraries learner code imports
     warm_imports: tuple[str, ...] = ()          # of those, what the warm template may import ahead
-    # what grade-batch's warm grading processes import ahead for the gradings they fork: with it loaded, a forked
-    # grading may fork its servers rather than start an interpreter for them (the fake Redis server)
+    # what a grading process imports ahead so that it may fork the servers of `forked_server_backends` rather than
+    # start an interpreter for them (the fake Redis server): grade-batch's warm processes import it for every
+    # grading they fork, `retrylab check` before it starts one of those backends
     grading_warm_imports: tuple[str, ...] = ()
+    forked_server_backends: tuple[str, ...] = ()
     options: tuple = field(default=())          # retrylab.options.Option, broker-specific (e.g. --redis-url)
     shown_name: str = ""                        # as learners know it ("Redis"), for messages
     # `retrylab verify`: the option (one of `options`) naming the learner's own server, and where that

@@ -32,6 +32,7 @@ BROKER = Broker(
     learner_imports=("redis",),
     warm_imports=("redis",),
     grading_warm_imports=("retrylab.brokers.redis.fakeredis_fixes",),   # read by fake_server_process._warm_here
+    forked_server_backends=("fake",),
     options=(REDIS_URL,),
     live_option=REDIS_URL,
     live_default="redis://localhost:6379/0",
