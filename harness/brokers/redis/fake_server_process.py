@@ -3,12 +3,14 @@ PatchedTcpFakeServer (on a new port) for every private Redis.
 
 Why a child: the fake server runs whatever a learner's script sends it, EVAL included. In the grading process a
 flaw in fakeredis (or its Lua bridge) would be a flaw in the grader; in a child it reaches an unprivileged process
-that holds nothing but fake Redis data. The child is started from the grading (retrylab.spawn.spawn_server: its
-own process group, killed when the grading dies), imports everything it needs and warms fakeredis' Lua up while
-still privileged, then, as root, drops to a fresh unprivileged uid with no capabilities and no_new_privs, and bounds
-its own memory. One process per grading keeps the cost to one interpreter start (~0.3 s, overlapped with the
-grading's own start); a fresh server per private Redis keeps DESIGN's guarantee that no state, and no killed
-client's ghost BLPOP, carries from one check to the next.
+that holds nothing but fake Redis data. The child is forked from the grading when the grading has imported
+fakeredis and has a single thread (`retrylab check` and grade-batch's gradings arrange both: ForkedServer), else
+started as an interpreter (retrylab.spawn.spawn_server); either way it is in a session of its own, killed when the
+grading dies, imports everything it needs and warms fakeredis' Lua up while still privileged, then, as root, drops
+to a fresh unprivileged uid with no capabilities and no_new_privs, and bounds its own memory. One process per
+grading keeps the cost to one fork (or one interpreter start, ~0.3 s, overlapped with the grading's own start); a
+fresh server per private Redis keeps DESIGN's guarantee that no state, and no killed client's ghost BLPOP, carries
+from one check to the next.
 
 Protocol, text lines on the child's stdin and stdout: the parent writes `new`, the child answers with the new
 server's port; the parent writes `stop <port>`, nothing is answered (the server stops in the background). The child
@@ -139,7 +141,7 @@ class FakeServerProcess:
 
 def _warm_here() -> bool:
     """Fork the server rather than start a new interpreter: fakeredis is imported here already (grade-batch's warm
-    processes import the broker's grading_warm_imports ahead: about 0.2 CPU-s of each grading forked from one), and
+    processes and `retrylab check` import the broker's grading_warm_imports ahead: about 0.2-0.3 CPU-s a grading), and
     this process has a single thread (a fork copies only the calling thread: a lock another thread held would stay
     held)."""
     from retrylab import warmstart      # RETRYLAB_WARM_START=0 turns forking off here too
