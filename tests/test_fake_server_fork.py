@@ -18,7 +18,7 @@ REFERENCE = Path(__file__).resolve().parents[1] / "solution" / "backoff-dlq"
 # In a fresh interpreter with a single thread (a pytest worker has several): start a FakeServerProcess, ask it for a
 # server, and say what the server process is.
 SCRIPT = r"""
-import json, os, sys, threading
+import json, os, sys, threading, time
 import {warm}
 from retrylab.brokers.redis.fake_server_process import FakeServerProcess
 if {threads}:
@@ -38,6 +38,16 @@ print(json.dumps({{"kind": type(servers._proc).__name__, "pid": pid, "pong": pon
                   "exe_is_ours": os.readlink(f"/proc/{{pid}}/exe") == os.readlink("/proc/self/exe"),
                   "cmdline_is_ours": open(f"/proc/{{pid}}/cmdline").read() == open("/proc/self/cmdline").read()}}),
       flush=True)
+if {again}:
+    os.kill(pid, 9); time.sleep(0.2)                 # the server ended (a learner's memory bomb, say)
+    try:
+        servers.new_server()                         # says so, and lets it go
+    except Exception as exc:
+        assert "ended" in str(exc), exc
+    port = servers.new_server()                      # the next one asked for
+    print(json.dumps({{"kind": type(servers._proc).__name__, "pong": redis.Redis(port=port).ping(),
+                      "cmdline_is_ours": open(f"/proc/{{servers.pid}}/cmdline").read() == open("/proc/self/cmdline").read()}}),
+          flush=True)
 if {stop}:
     servers.stop()
     print(json.dumps({{"alive_after_stop": os.path.exists(f"/proc/{{pid}}")}}), flush=True)
@@ -46,8 +56,8 @@ else:
 """
 
 
-def _run(*, threads=False, stop=True, env=None):
-    script = SCRIPT.format(warm=", ".join(BROKER.grading_warm_imports), threads=threads, stop=stop)
+def _run(*, threads=False, stop=True, again=False, env=None):
+    script = SCRIPT.format(warm=", ".join(BROKER.grading_warm_imports), threads=threads, stop=stop, again=again)
     return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
@@ -100,13 +110,19 @@ parser, _, _ = cli._parser()
 args = parser.parse_args(["check", {solution!r}, "--backend", {backend!r}])
 check.validate(args)
 ours = open("/proc/self/cmdline").read()
-def children():
-    return [open(f"/proc/{{pid}}/cmdline").read() for pid in open(f"/proc/self/task/{{os.getpid()}}/children").read().split()]
-deadline = time.monotonic() + 20           # the server (forked at once, or from a thread) and the learner template
-while time.monotonic() < deadline and not (any("learner_template" in c for c in children())
-                                           and ({backend!r} != "fake" or len(children()) >= 2)):
-    time.sleep(0.05)
-children = children()
+def children():   # of every thread: a child a thread started is listed under that thread while it lives
+    return [open(f"/proc/{{pid}}/cmdline").read() for task in os.listdir("/proc/self/task")
+            for pid in open(f"/proc/self/task/{{task}}/children").read().split()]
+def settled(seen):   # the server (forked at once, or from a thread) and the learner template, each past its exec
+    return any("learner_template" in c for c in seen) and ({backend!r} != "fake" or len(seen) >= 2)
+deadline, before = time.monotonic() + 20, None
+while time.monotonic() < deadline:
+    time.sleep(0.1)
+    now = sorted(children())
+    if now == before and settled(now):   # the same twice: no child caught between its fork and its exec
+        break
+    before = now
+children = before
 print(json.dumps({{"warm_imported": all(m in sys.modules for m in {warm!r}),
                   "forked": sum(c == ours for c in children), "interpreters": [c for c in children if c != ours]}}))
 brokers.stop_unused()
@@ -126,3 +142,13 @@ def test_retrylab_check_forks_the_fake_server_from_itself_and_imports_nothing_fo
     assert fake["warm_imported"] and fake["forked"] == 1, fake
     assert not any("fake_server_process" in c for c in fake["interpreters"]), fake
     assert not real["warm_imported"] and real["forked"] == 0, real
+    assert any("learner_template" in c for c in real["interpreters"]), real   # the children were seen at all
+
+
+def test_a_fake_server_started_again_mid_grading_is_a_new_interpreter():
+    """Only the first server of a grading is forked: one started again later (the last one ended) would copy the
+    whole grading, its heap included."""
+    out, err = _run(again=True).communicate(timeout=60)
+    first, again = (json.loads(line) for line in out.splitlines()[:2])
+    assert first["kind"] == "ForkedServer" and again["kind"] == "Popen" and again["pong"] is True, err
+    assert not again["cmdline_is_ours"]

@@ -18,6 +18,7 @@ writes `ready` once it serves. EOF on stdin (the grading went away) ends it.
 """
 from __future__ import annotations
 
+import gc
 import os
 import random
 import resource
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 from retrylab.brokers import BackendUnavailable
 from retrylab.spawn import kill_group, spawn_server
@@ -53,9 +55,13 @@ class FakeServerProcess:
         self._lock = threading.Lock()
         self._ready = False
         self._pending = b""          # what the child wrote after the last whole line read
+        # only the first child may be forked: one started again mid-grading (the last one ended: a learner's memory
+        # bomb, an exchange cut short) would copy the whole grading, its heap and pending garbage included
+        self._may_fork = True
 
     def start(self) -> FakeServerProcess:
-        if _warm_here():
+        may_fork, self._may_fork = self._may_fork, False
+        if may_fork and _warm_here():
             proc = ForkedServer.fork()
         else:
             proc = spawn_server([sys.executable, "-I", "-m", "retrylab.brokers.redis.fake_server_process"],
@@ -100,7 +106,11 @@ class FakeServerProcess:
                     if self._line(READY_TIMEOUT) != "ready":
                         raise RuntimeError("the fake Redis server process did not start")
                     self._ready = True
-                self._proc.stdin.write(b"new\n")
+                try:
+                    self._proc.stdin.write(b"new\n")
+                except OSError:     # BrokenPipeError: it ended since its last answer
+                    raise BackendUnavailable("the fake Redis server process ended (exit status "
+                                             f"{self._proc.poll()}); try --backend redis-server") from None
                 return int(self._line(ANSWER_TIMEOUT))
             except BaseException:
                 self._discard()
@@ -168,31 +178,51 @@ class ForkedServer:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:                                         # the server: never returns
-            code = 1
-            try:
-                os.setsid()
-                prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-                if os.getppid() != parent:
-                    os._exit(1)
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    signal.signal(sig, signal.SIG_DFL)
-                # ignored, as in any Python process: a client gone mid-reply (a learner's process killed) is an error
-                # on that connection; the default action killed the server and every later check of the grading
-                signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(in_r, 0)
-                os.dup2(out_w, 1)
-                os.dup2(devnull, 2)
-                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-                serve(parent, os.fdopen(0, "r"))
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(in_r)
-        os.close(out_w)
-        return cls(pid, os.fdopen(in_w, "wb", 0), os.fdopen(out_r, "rb", 0))
+        # Ctrl-C or SIGTERM held until both sides are set: the child must not run the grading's handlers (they
+        # would unwind the grading's stack in it), nor the parent leave a child no one owns
+        interrupts = {signal.SIGINT, signal.SIGTERM}
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts)
+        try:
+            pid = os.fork()
+            if pid == 0:                                     # the server: never returns
+                cls._serve_forked(parent, prctl, held, in_r, out_w)
+            os.close(in_r)
+            os.close(out_w)
+            return cls(pid, os.fdopen(in_w, "wb", 0), os.fdopen(out_r, "rb", 0))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    @staticmethod
+    def _serve_forked(parent: int, prctl, held, in_r: int, out_w: int) -> None:
+        """The forked child: serve until the grading's pipe closes, then leave without running anything of the
+        grading's (os._exit: no atexit handler, no stdio buffer flushed twice)."""
+        code = 1
+        try:
+            # nothing inherited is ever collected: a cyclic garbage file object of the grading's, finalised here,
+            # would close a descriptor number the server has reused since closerange below
+            gc.freeze()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            os.setsid()                                      # out of the terminal's process group: no Ctrl-C here
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            # the spawned server runs `python -I`; this one has the grading's interpreter state: a warning filter
+            # turned into errors (-W error, PYTHONWARNINGS) must not become error replies to a learner's script
+            warnings.simplefilter("ignore")
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(1)
+            # ignored, as in any Python process: a client gone mid-reply (a learner's process killed) is an error
+            # on that connection; the default action killed the server and every later check of the grading
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(devnull, 2)
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            serve(parent, os.fdopen(0, "r"))
+            code = 0
+        finally:
+            os._exit(code)
 
     def poll(self) -> int | None:
         if self.returncode is None:
