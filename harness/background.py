@@ -10,10 +10,12 @@ import threading
 
 class Beside:
     """`work(cancelled)` in a thread of its own. `result()` waits and returns its value (or raises its
-    exception) in the caller's thread; `stop()` sets `cancelled` and waits."""
+    exception) in the caller's thread; `stop()` sets `cancelled` and waits for the result; `cancel()` sets it
+    and waits, whatever the outcome (a finalizer, a path already raising). `cancelled`: an event the caller
+    shares with other work (set by either), else one of its own."""
 
-    def __init__(self, work, name: str):
-        self.cancelled = threading.Event()
+    def __init__(self, work, name: str, cancelled: threading.Event | None = None):
+        self.cancelled = cancelled or threading.Event()
         self._outcome: dict = {}
 
         def target():
@@ -37,6 +39,10 @@ class Beside:
         self.cancelled.set()
         return self.result()
 
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self._thread.join()
+
     def join(self) -> None:
         self._thread.join()
 
@@ -44,8 +50,7 @@ class Beside:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.cancelled.set()
-        self._thread.join()
+        self.cancel()
 
 
 def without_step_clock(learner):

@@ -25,6 +25,24 @@ def test_beside_as_a_context_stops_and_joins_the_work():
     assert seen == [True]
 
 
+def test_beside_shares_a_callers_cancel_event_and_cancel_waits_without_raising():
+    shared = threading.Event()
+    seen = []
+
+    def work(cancelled):
+        seen.append(cancelled.wait(10))
+        raise RuntimeError("after being cancelled")
+
+    beside = Beside(work, "t", shared)
+    assert beside.cancelled is shared
+    shared.set()                     # set by the caller's other work: this one ends too
+    beside.join()
+    assert seen == [True]
+    beside.cancel()                  # a finalizer, a path already raising: the work's error is not raised here
+    with pytest.raises(RuntimeError):
+        beside.result()
+
+
 def test_without_step_clock_leaves_the_original_runner_alone():
     learner = SimpleNamespace(clock="step clock", submission="s")
     alone = without_step_clock(learner)

@@ -490,9 +490,9 @@ def test_work_run_beside_the_checks_speaks_the_gradings_language():
     """The advanced run (and the alert runs) go on in threads of their own, where what a learner run
     says (a limit it hit, output it cut) is built: in the grading's language, not the default."""
     from retrylab.checks.backoff_dlq import advanced
-    from retrylab.checks.backoff_dlq.runs import BackgroundRun
+    from retrylab.background import Beside
     with i18n.use("fa"):
-        beside = BackgroundRun(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
+        beside = Beside(lambda cancelled: (i18n.current(), advanced.describe_kind("bad")), "i18n-test")
     lang, text = beside.result()
     assert lang == "fa" and SCRIPTS["fa"].search(text)
 

@@ -26,8 +26,6 @@ time during a retry's wait, which hides the wait from the clock.
 """
 from __future__ import annotations
 
-import contextvars
-import copy
 import json
 import threading
 from collections import Counter
@@ -36,6 +34,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.appchannel import RunClock
+from retrylab.background import Beside, without_step_clock
 from retrylab.brokers.redis import keyspace
 from retrylab.calllog import Call
 from retrylab.checks.backoff_dlq import lab
@@ -167,54 +166,11 @@ def run_alerts(learner, redis_backend, cancelled: threading.Event) -> tuple[Aler
     return tuple(runs)
 
 
-class BackgroundRun:
-    """`work(cancelled)` run in a thread of its own, beside what the checks do meanwhile.
-
-    `result()` waits for it and returns its value (or raises its exception) in the caller's thread;
-    `stop()` asks the work to end (its learner runs treat `cancelled` as "settled") and waits for it,
-    so nothing of it outlives the grading's private Redis. Learner runs in here are bounded by their
-    own timeouts, not by a step's time limit (that clock belongs to the main thread): the step that
-    asks for the result is, as it waits."""
-
-    def __init__(self, work, name: str, cancelled: threading.Event | None = None):
-        self.cancelled = cancelled or threading.Event()
-        self._outcome: dict = {}
-
-        def target():
-            try:
-                self._outcome["value"] = work(self.cancelled)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that asks for the result
-                self._outcome["error"] = exc
-
-        # in a copy of the caller's context: what the work says (a limit a learner run hit, say) is
-        # in the grading's language (retrylab.i18n keeps it in a context variable)
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
-        self._thread.start()
-
-    def result(self):
-        self._thread.join()
-        if "error" in self._outcome:
-            raise self._outcome["error"]
-        return self._outcome["value"]
-
-    def stop(self) -> None:
-        self.cancelled.set()
-        self._thread.join()
-
-
-def _without_step_clock(learner):
-    """The learner runner without the current step's time limit: that clock belongs to the main thread."""
-    alone = copy.copy(learner)
-    alone.clock = None
-    return alone
-
-
 def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
     alerts = None
     if redis_backend.independent_privates:  # else one server (or database) is emptied for each private Redis
-        alerts = BackgroundRun(lambda c: run_alerts(_without_step_clock(learner), redis_backend, c), "retrylab-alert-runs",
-                           cancelled)
+        alerts = Beside(lambda c: run_alerts(without_step_clock(learner), redis_backend, c), "retrylab-alert-runs",
+                        cancelled)
     try:
         batch = advanced_batch()
         preseeded = message_factory.new_message("bad")
@@ -232,13 +188,13 @@ def _observe(learner, redis_backend, cancelled: threading.Event) -> AdvancedRun:
         alert_runs = alerts.result() if alerts else run_alerts(learner, redis_backend, cancelled)
     except BaseException:
         if alerts:
-            alerts.stop()   # nothing of this run may outlive it (a step's time limit, Ctrl-C)
+            alerts.cancel()   # nothing of this run may outlive it (a step's time limit, Ctrl-C)
         raise
     return AdvancedRun(seeded=tuple(batch), preseeded=preseeded, preseeded_entry=entry, run=run,
                        keys=content, seeded_at=seeded_at, alerts=alert_runs)
 
 
-_EARLY = pytest.StashKey[BackgroundRun]()
+_EARLY = pytest.StashKey[Beside]()
 
 
 def start_early(request, learner, redis_backend) -> None:
@@ -249,10 +205,10 @@ def start_early(request, learner, redis_backend) -> None:
     if (_EARLY in config.stash or not redis_backend.independent_privates
             or not any(item.get_closest_marker("advanced") for item in request.session.items)):
         return
-    early = BackgroundRun(lambda cancelled: _observe(_without_step_clock(learner), redis_backend, cancelled),
-                      "retrylab-advanced-run")
+    early = Beside(lambda cancelled: _observe(without_step_clock(learner), redis_backend, cancelled),
+                   "retrylab-advanced-run")
     config.stash[_EARLY] = early
-    request.addfinalizer(early.stop)
+    request.addfinalizer(early.cancel)
 
 
 @pytest.fixture(scope="session")
