@@ -1,10 +1,20 @@
 """How an entry came back after a failure, read from the call log (Call.t, real time in these runs) and
 the relay's command record (Command.at, the same clock): steps 2 and 3's evidence.
 
-A redelivery is a call of effects.apply for an order that follows a failed call for it. Its wait is the
-gap between the two calls; the min-idle it was claimed with is the last claim of the entry the relay saw
-between them: XCLAIM orders workers <consumer> <min-idle-ms> ... naming the entry's id, or XAUTOCLAIM
-orders workers <consumer> <min-idle-ms> <start> ... (which names no id: any on `orders` counts).
+A redelivery is a call of effects.apply for an order that follows a failed call for it. A claim of the entry
+is XCLAIM orders workers <consumer> <min-idle-ms> ... naming the entry's id, or XAUTOCLAIM orders workers
+<consumer> <min-idle-ms> <start> ... (which names no id: any on `orders` counts).
+
+A gap between two calls is not the entry's idle time: a consumer that reads a batch calls apply for the
+flaky entry some time after it was delivered, and on a busy machine the call reaches the harness later still.
+So each redelivery also keeps, from the relay's record, `delivered_at`: the last command before the failed call
+that could have delivered the entry (an XREADGROUP of the stream, a claim). The server delivered it after that
+command, and gave it back before the next call: `at - delivered_at` is at least the real wait, so "immediate"
+judged on it never fails a correct consumer however slow the machine. The min-idle of a redelivery is that of
+the last command between the calls that could give the entry back, when it is a claim: when it is a re-read of
+a pending list, a claim sent before it took nothing. A growing wait seen only in the gaps is
+still judged on the gaps between the calls (`call_gap`), the same measure on each side; see waits_grow for what
+a busy machine can still do to that.
 """
 from __future__ import annotations
 
@@ -19,15 +29,49 @@ CLAIMS = ("XCLAIM", "XAUTOCLAIM")
 class Redelivery:
     failed_at: float                # Call.t of the failed call before it
     at: float                       # Call.t of this call
-    min_idle_ms: int | None         # of the claim that brought it back (None: no claim seen)
+    min_idle_ms: int | None         # of the claim that brought it back (None: no claim seen, or a re-read did)
+    delivered_at: float | None = None     # Command.at of the last command that could have delivered it before
 
     @property
     def gap(self) -> float:
+        """At least the real wait: from the entry's delivery (or the failed call) to the next call."""
+        start = self.failed_at if self.delivered_at is None else min(self.delivered_at, self.failed_at)
+        return self.at - start
+
+    @property
+    def call_gap(self) -> float:
+        """From the failed call to this one."""
         return self.at - self.failed_at
 
 
 def _key(command) -> bytes | None:
     return command.args[1] if len(command.args) > 1 else None
+
+
+def read_from(command) -> list[tuple[bytes, bytes]]:
+    """(stream, id) for each stream an XREADGROUP reads (after STREAMS: keys, then as many ids); [] if it is none."""
+    if command.name != "XREADGROUP":
+        return []
+    upper = [a.upper() for a in command.args]
+    if b"STREAMS" not in upper[4:]:          # GROUP <group> <consumer> come first: a name may be "streams"
+        return []
+    rest = command.args[upper.index(b"STREAMS", 4) + 1:]
+    if len(rest) % 2:
+        return []
+    half = len(rest) // 2
+    return list(zip(rest[:half], rest[half:]))
+
+
+def _delivers(command, entry_id: bytes) -> bool:
+    """A command that could deliver the entry: a claim of it, or an XREADGROUP of the lab's stream."""
+    return is_claim(command, entry_id) or any(key == lab.STREAM.encode() for key, _ in read_from(command))
+
+
+def _gives_back(command, entry_id: bytes) -> bool:
+    """A command that could give a pending entry back: a claim of it, or an XREADGROUP of a pending list (an id
+    other than `>`, which reads only new entries)."""
+    return is_claim(command, entry_id) or any(key == lab.STREAM.encode() and i != b">"
+                                              for key, i in read_from(command))
 
 
 def is_claim(command, entry_id: bytes) -> bool:
@@ -71,8 +115,12 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
     for before, call in zip(calls, calls[1:]):
         if before.outcome != "error":
             continue
-        claims = claims_between(commands, entry_id, before.t, call.t)
-        found.append(Redelivery(before.t, call.t, min_idle_ms(claims[-1]) if claims else None))
+        delivered = [c.at for c in commands if c.at <= before.t and _delivers(c, entry_id)]
+        back = [c for c in commands if before.t <= c.at <= call.t and _gives_back(c, entry_id)]
+        # the min-idle of the claim that gave it back; none when the last thing that could was a re-read of a
+        # pending list (a claim sent for show before it took nothing)
+        idle = min_idle_ms(back[-1]) if back and is_claim(back[-1], entry_id) else None
+        found.append(Redelivery(before.t, call.t, idle, delivered[-1] if delivered else None))
     return found
 
 
@@ -91,8 +139,10 @@ def waits_grow(first: Redelivery, second: Redelivery) -> bool:
     """Whether the second wait is longer than the first: by the min-idle the entry was claimed with (both
     at least MIN_RETRY_GAP, each agreeing with its wait), or by the observed gaps, the second longer by
     MIN_RETRY_GAP at least (a constant min-idle seen through a poll period of up to 100 ms must not pass by
-    chance)."""
+    chance). Known limit of the gaps: a min-idle counts from the delivery, the gap from the failed call, so a
+    constant min-idle whose first delivery came in a batch processed slowly (a very busy machine) shows a first
+    gap shorter by that processing; the claims' own min-idle is judged first for that reason."""
     idle1, idle2 = claimed_with(first), claimed_with(second)
     if idle1 is not None and idle2 is not None and lab.MIN_RETRY_GAP * 1000 <= idle1 < idle2:
         return True
-    return second.gap >= first.gap + lab.MIN_RETRY_GAP
+    return second.call_gap >= first.call_gap + lab.MIN_RETRY_GAP

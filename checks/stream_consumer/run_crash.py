@@ -29,7 +29,7 @@ import redis
 
 from retrylab.appchannel import RunClock
 from retrylab.checks.stream_consumer.runs import RUNS
-from retrylab.checks.stream_consumer import lab, observe, streams
+from retrylab.checks.stream_consumer import lab, observe, redelivery, streams
 from retrylab.checks.stream_consumer.catalog import tr
 from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT, consumer_settled
 from retrylab.fixtures.stream_consumer import orders
@@ -93,14 +93,8 @@ class CrashRun:
 # -- what commands say --------------------------------------------------------------------------
 
 def stream_ids(command) -> list[bytes]:
-    """The ids an XREADGROUP reads from (after STREAMS: keys, then as many ids); [] if it is none."""
-    if command.name != "XREADGROUP":
-        return []
-    upper = [a.upper() for a in command.args]
-    if b"STREAMS" not in upper[4:]:          # GROUP <group> <consumer> come first: a name may be "streams"
-        return []
-    rest = command.args[upper.index(b"STREAMS", 4) + 1:]
-    return list(rest[len(rest) // 2:]) if len(rest) % 2 == 0 else []
+    """The ids an XREADGROUP reads from; [] if it is none."""
+    return [entry_id for _, entry_id in redelivery.read_from(command)]
 
 
 def takes_back(command, entry: bytes, owner: bytes) -> bool:

@@ -2,10 +2,11 @@
 or XCLAIM, after a wait of at least MIN_RETRY_GAP that grows from the first redelivery to the second,
 and is then applied once.
 
-Each redelivery's wait is the gap between the failed call and the next call (Call.t); it grows when the
-min-idle of the claims that brought it back grows (both >= MIN_RETRY_GAP, each agreeing with its observed
-wait), or when the second observed gap is longer than the first by MIN_RETRY_GAP at least
-(redelivery.waits_grow).
+Each redelivery's wait is bounded from both sides by the call log and the relay's record (redelivery.py): it
+is immediate when even its longest bound is under MIN_RETRY_GAP; it grows when the min-idle of the claims that
+gave the entry back grows (both >= MIN_RETRY_GAP, each agreeing with its observed wait), or when the second
+gap between the calls is longer than the first's by MIN_RETRY_GAP at least (redelivery.waits_grow). A busy
+machine never makes a correct consumer look immediate.
 """
 import pytest
 
