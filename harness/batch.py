@@ -505,7 +505,7 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
     with contextlib.ExitStack() as cleanup, \
             concurrent.futures.ThreadPoolExecutor(max_workers=config.jobs) as pool:
         cleanup.callback(tempdirs.remove_tree, workdir)
-        warm = WarmPool(config.exercise_id, START_LIMIT) if config.warm and todo else None
+        warm = WarmPool(config.exercise_id, config.backend, START_LIMIT) if config.warm and todo else None
         if warm is not None:
             cleanup.callback(warm.close)    # after the pool's threads are done (the ExitStack unwinds last)
         futures = {pool.submit(grade_in_subprocess, s, config, workdir, running, warm): (s, d) for s, d in todo}
@@ -558,7 +558,7 @@ def child_main(argv: list[str] | None = None) -> int:
     exercise = exercises.get(args.exercise)
     try:
         # before any thread: forked from a warm process, this grading may then fork its servers too
-        brokers.start_early(exercise.broker, options.chosen_backend(args.backend, exercise), in_this_thread=True)
+        brokers.start_early(exercise.broker, options.chosen_backend(args.backend, exercise), fork_servers=True)
         report = grade(args.submission, backend=args.backend, exercise_id=exercise.id,
                        step_timeout=args.step_timeout, lang=i18n.resolve(args.lang))
     finally:

@@ -4,7 +4,7 @@ submission still graded in a process of its own.
 A cold grading process spends most of a second before it grades anything: the interpreter, pytest,
 the harness, the broker's client and server libraries, and the probe that measures what containment
 the machine allows (a learner process started in each way). A warm process (`python -m
-retrylab.gradeworker EXERCISE`) does all that once, then forks one child per submission; the child
+retrylab.gradeworker EXERCISE BACKEND`) does all that once, then forks one child per submission; the child
 is what `python -m retrylab.batch` would be (its own session and process group, its own private
 servers and sandboxes, the same report file), started in a few milliseconds. Nothing of one grading
 is seen by the next: each is a fresh fork of the warm process, which itself never grades.
@@ -47,11 +47,11 @@ class WarmUnavailable(Exception):
 class WarmWorker:
     """One warm process, used by one batch thread at a time."""
 
-    def __init__(self, exercise_id: str, start_limit: float):
+    def __init__(self, exercise_id: str, backend: str, start_limit: float):
         self.gradings = 0
         self.broken = False
         self._buffer = b""
-        self._proc = subprocess.Popen([sys.executable, "-m", "retrylab.gradeworker", exercise_id],
+        self._proc = subprocess.Popen([sys.executable, "-m", "retrylab.gradeworker", exercise_id, backend],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       start_new_session=True)
         try:
@@ -153,8 +153,8 @@ class WarmPool:
     """A warm process per batch thread, made when the thread first grades and replaced when worn; when
     one cannot be made, that thread grades cold from then on."""
 
-    def __init__(self, exercise_id: str, start_limit: float):
-        self._exercise_id = exercise_id
+    def __init__(self, exercise_id: str, backend: str, start_limit: float):
+        self._exercise_id, self._backend = exercise_id, backend
         self._start_limit = start_limit
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -169,7 +169,7 @@ class WarmPool:
         if getattr(self._local, "cold", False):
             return None
         try:
-            current = WarmWorker(self._exercise_id, self._start_limit)
+            current = WarmWorker(self._exercise_id, self._backend, self._start_limit)
         except (WarmUnavailable, OSError):     # it did not come up, or could not be started
             self._local.cold, current = True, None
         self._local.worker = current
@@ -187,15 +187,14 @@ class WarmPool:
 
 # -- the warm process ----------------------------------------------------------------------------------
 
-def _warm_up(exercise_id: str) -> None:
-    """Import what every grading imports, measure the containment and start the learner template once; the
-    forks inherit all three."""
+def _warm_up(exercise_id: str, backend: str) -> None:
+    """Import what every grading imports (the modules of the backend's servers too, where they fork from the
+    grading), measure the containment and start the learner template once; the forks inherit all three."""
     grading = importlib.import_module("retrylab.grading")    # pytest, the plugin, the reporters
     from retrylab import brokers, plugin, sandbox, warmstart
     from retrylab import exercise as exercises
     exercise = exercises.get(exercise_id)
-    for module in brokers.get(exercise.broker).grading_warm_imports:
-        importlib.import_module(module)
+    brokers.prepare_to_fork_servers(exercise.broker, backend)
     imports = plugin.learner_imports(exercise)
     if warmstart.enabled() and sandbox.containment(imports).namespaces != "bwrap":
         # one learner template for all the gradings forked from here (they come one at a time), not one each
@@ -240,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the batch stops its gradings itself, then closes stdin
     try:
-        _warm_up(argv[0])
+        _warm_up(argv[0], argv[1])
     except Exception:  # noqa: BLE001 - no "ready": the batch grades cold, and that grading says what is wrong
         return 1
     if threading.active_count() != 1:              # a fork would inherit locks held by those threads

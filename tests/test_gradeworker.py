@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import alive
 from retrylab import batch, gradeworker, procfs
 from retrylab.fixtures.backoff_dlq import corpus
@@ -48,7 +50,7 @@ def test_warm_and_cold_batches_give_the_same_rows(tmp_path):
 
 def test_a_forked_grading_has_a_group_of_its_own_and_its_report(tmp_path):
     (submission,) = _materialize(tmp_path / "submissions", ["correct/envelope-format"])
-    worker = gradeworker.WarmWorker(batch.BatchConfig().exercise_id, start_limit=120)
+    worker = gradeworker.WarmWorker(batch.BatchConfig().exercise_id, "fake", start_limit=120)
     try:
         result = tmp_path / "report.json"
         grading = worker.start([str(submission.path), str(result), "--backend", "fake"], str(tmp_path / "err"), 60)
@@ -66,7 +68,7 @@ def test_a_forked_grading_has_a_group_of_its_own_and_its_report(tmp_path):
 
 
 def test_a_warm_process_that_cannot_warm_up_leaves_the_thread_cold():
-    pool = gradeworker.WarmPool("no-such-exercise", start_limit=120)
+    pool = gradeworker.WarmPool("no-such-exercise", "fake", start_limit=120)
     try:
         assert pool.worker() is None
         assert pool.worker() is None
@@ -78,7 +80,7 @@ def test_a_warm_process_that_cannot_warm_up_leaves_the_thread_cold():
 def test_a_warm_process_that_has_forked_its_share_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr(gradeworker, "WARM_GRADINGS", 1)
     (submission,) = _materialize(tmp_path / "submissions", ["wrong/empty-directory"])
-    pool = gradeworker.WarmPool(batch.BatchConfig().exercise_id, start_limit=120)
+    pool = gradeworker.WarmPool(batch.BatchConfig().exercise_id, "fake", start_limit=120)
     try:
         first = pool.worker()
         grading = first.start([str(submission.path), str(tmp_path / "r.json")], str(tmp_path / "err"), 60)
@@ -93,7 +95,7 @@ def test_a_warm_process_that_has_forked_its_share_is_replaced(tmp_path, monkeypa
 def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_grading(tmp_path):
     (submission,) = _materialize(tmp_path / "submissions", ["correct/envelope-format"])
     (submission.path / "worker.py").write_text("import time\nwhile True:\n    time.sleep(0.1)\n")
-    pool = gradeworker.WarmPool(batch.BatchConfig().exercise_id, start_limit=120)
+    pool = gradeworker.WarmPool(batch.BatchConfig().exercise_id, "fake", start_limit=120)
     worker = pool.worker()
     started = []
     original = worker.start
@@ -120,8 +122,11 @@ def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_g
     assert worker.worn     # the thread's next grading gets a new warm process
 
 
-def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_fork():
-    script = ("import sys; from retrylab import gradeworker; gradeworker._warm_up('backoff-dlq'); "
-              "print('redis' in sys.modules, 'checks.backoff_dlq.test_step1_worker' in sys.modules)")
+@pytest.mark.parametrize("backend, forks_servers", [("fake", True), ("redis-server", False)])
+def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_fork(backend, forks_servers):
+    """The fake server's modules too, for the backend whose servers the gradings fork; not for another."""
+    script = (f"import sys; from retrylab import gradeworker; gradeworker._warm_up('backoff-dlq', {backend!r}); "
+              "print('redis' in sys.modules, 'checks.backoff_dlq.test_step1_worker' in sys.modules, "
+              "'fakeredis' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["True", "True"], done.stderr
+    assert done.stdout.split() == ["True", "True", str(forks_servers)], done.stderr

@@ -51,28 +51,8 @@ def probe_backend(args, exercise: exercises.Exercise, *, private: bool = False) 
 def start_early(args, exercise: exercises.Exercise) -> None:
     """Start the grading's servers and warm learner template now, in the background, so that they start while
     pytest is imported and the checks are collected rather than after (the grading takes them; brokers.stop_unused
-    stops servers it did not take)."""
+    stops servers it did not take). Called before any thread starts, so the servers may be forked from here."""
     from retrylab import brokers, sandbox
     broker = brokers.get(exercise.broker)
-    fork = args.backend in broker.forked_server_backends and _ready_to_fork(broker.grading_warm_imports)
-    brokers.start_early(exercise.broker, args.backend, in_this_thread=fork, **broker_settings(args, exercise))
+    brokers.start_early(exercise.broker, args.backend, fork_servers=True, **broker_settings(args, exercise))
     sandbox.prepare(broker.learner_imports, broker.warm_imports)
-
-
-def _ready_to_fork(modules: tuple[str, ...]) -> bool:
-    """Import `modules`, so that the backend about to start may fork its servers from this process rather than start
-    an interpreter for them (measured: about 0.3 CPU-s less per grading, on 2 cores a little less wall time too),
-    while this process still has a single thread: a fork copies only the calling thread, and a lock another thread
-    held would stay held in the child. False when that cannot be: the servers then start as interpreters of their
-    own, from a thread."""
-    import importlib
-    import threading
-    from retrylab import warmstart
-    if threading.active_count() != 1 or not warmstart.enabled():
-        return False
-    try:
-        for module in modules:
-            importlib.import_module(module)
-    except ImportError:
-        return False     # the interpreter-started server will say what is missing, as a failed grading
-    return True

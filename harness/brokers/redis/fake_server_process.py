@@ -150,10 +150,10 @@ class FakeServerProcess:
 # a child forked from a warm grading process
 
 def _warm_here() -> bool:
-    """Fork the server rather than start a new interpreter: fakeredis is imported here already (grade-batch's warm
-    processes and `retrylab check` import the broker's grading_warm_imports ahead: about 0.2-0.3 CPU-s a grading), and
-    this process has a single thread (a fork copies only the calling thread: a lock another thread held would stay
-    held)."""
+    """Fork the server rather than start a new interpreter: fakeredis is imported here already
+    (brokers.prepare_to_fork_servers: grade-batch's warm processes and `retrylab check` import it ahead, about 0.2-0.3
+    CPU-s less a grading), and this process has a single thread now (a fork copies only the calling thread: a lock
+    another thread held would stay held)."""
     from retrylab import warmstart      # RETRYLAB_WARM_START=0 turns forking off here too
     from retrylab.brokers.redis import BROKER
     return (all(name in sys.modules for name in BROKER.grading_warm_imports) and threading.active_count() == 1
