@@ -4,6 +4,7 @@ how many steps agree with the verdicts the corpus expects.
     python bench/load_agreement.py                         # quiet: every entry once, fake backend
     python bench/load_agreement.py --load                  # the load that reproduced issue 10
     python bench/load_agreement.py --backend redis-server --load --match worker --match correct/
+    python bench/load_agreement.py --exercise stream-consumer --load   # another exercise's corpus
 
 Each grading is `retrylab check DIR --format exercism` in a process of its own, as a user or a
 platform runs it. `--load` puts beside the gradings what made correct submissions fail before:
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib
 import json
 import os
 import shutil
@@ -36,7 +38,8 @@ import threading
 import time
 from pathlib import Path
 
-from retrylab.fixtures.backoff_dlq import corpus
+from retrylab import brokers
+from retrylab import exercise as exercises
 from retrylab.procfs import find_processes
 from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
 
@@ -50,13 +53,18 @@ def retrylab_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "retrylab"]
 
 
-def grade(entry: corpus.CorpusEntry, backend: str, scratch: Path) -> tuple[dict[int, str], dict[int, str], float]:
+def corpus_of(exercise_id: str):
+    """The exercise's corpus module (fixtures/<id>/corpus.py): entries() with their expected verdicts."""
+    return importlib.import_module(f"retrylab.fixtures.{exercise_id.replace('-', '_')}.corpus")
+
+
+def grade(entry, exercise_id: str, backend: str, scratch: Path) -> tuple[dict[int, str], dict[int, str], float]:
     """(verdict per lab step, message per step, seconds) of one grading in its own process."""
     folder = Path(tempfile.mkdtemp(dir=scratch))
     try:
         submission = entry.materialize(folder / "submission")
         started = time.monotonic()
-        done = subprocess.run([*retrylab_command(), "check", str(submission), "--backend", backend,
+        done = subprocess.run([*retrylab_command(), "check", str(submission), "--exercise", exercise_id, "--backend", backend,
                                "--format", "exercism", "--exit-zero"],
                               capture_output=True, text=True, timeout=600, env={**os.environ, RUN_TAG_VARIABLE: TAG})
         seconds = time.monotonic() - started
@@ -125,7 +133,10 @@ def _signal(pid: int, number: int) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", action="append", choices=("fake", "redis-server"))
+    parser.add_argument("--exercise", default=exercises.default_id(),
+                        help="the exercise whose corpus is graded (default: %(default)s)")
+    parser.add_argument("--backend", action="append",
+                        help="a backend that starts its own servers (repeatable; default: the broker's embedded one)")
     parser.add_argument("--match", action="append", default=[], metavar="TEXT",
                         help="only entries whose id contains TEXT (repeatable); default all")
     parser.add_argument("--load", action="store_true", help="grade beside CPU hogs and start-up churn")
@@ -136,7 +147,13 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, help="gradings at once (default 4 with --load, else 1)")
     parser.add_argument("--repeat", type=int, default=1, help="grade each entry this many times")
     args = parser.parse_args(argv)
-    backends = args.backend or ["fake"]
+    exercise = exercises.get(args.exercise)
+    broker = brokers.get(exercise.broker)
+    backends = args.backend or [broker.default_backend]
+    unknown = [b for b in backends if b not in broker.private_backends]
+    if unknown:
+        parser.error(f"{exercise.id} offers these backends with servers of their own: {', '.join(broker.private_backends)}")
+    corpus = corpus_of(exercise.id)
     jobs = args.jobs or (4 if args.load else 1)
     entries = [e for e in corpus.entries() if not args.match or any(m in e.id for m in args.match)]
     work = [(e, b) for b in backends for e in entries for _ in range(args.repeat)]
@@ -148,7 +165,7 @@ def main(argv=None) -> int:
     peak = 0.0
     with tempfile.TemporaryDirectory(prefix="retrylab-load-") as scratch, \
             concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        futures = {pool.submit(grade, e, b, Path(scratch)): (e, b) for e, b in work}
+        futures = {pool.submit(grade, e, exercise.id, b, Path(scratch)): (e, b) for e, b in work}
         try:
             for future in concurrent.futures.as_completed(futures):
                 entry, backend = futures[future]
