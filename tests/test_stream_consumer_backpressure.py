@@ -5,6 +5,7 @@ corpus test reads too, tests/gradings.py); the policy line, the shapes of
 from __future__ import annotations
 
 import json
+import threading
 from types import SimpleNamespace
 
 import fakeredis
@@ -180,6 +181,58 @@ def test_a_shed_producer_that_refused_nothing_is_judged_by_the_lag_at_its_limit(
     check._did_what_it_said(run([0, 5, 9, 8, 9, 7]), "shed")
     with pytest.raises(CheckFailed):
         check._did_what_it_said(run([0, 10, 10, 9, 10, 10]), "shed")
+
+
+# ------------------------------------------------------------------------------------------------
+# time bounds that follow the consumer's pace
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_producer_past_a_quiet_machines_bound_runs_on_while_the_consumer_applies_effects(client, monkeypatch):
+    """On a busy machine the consumer drains slowly and a blocking producer rightly waits for it: past what a
+    quiet machine needs, it is stopped only once the consumer has applied nothing for PRODUCER_SLACK."""
+    from retrylab.checks.stream_consumer import streams
+    clock = _Clock()
+    monkeypatch.setattr(run_backpressure, "time", clock)
+    streams.create_group(client)
+    client.xadd("orders", {"order_id": "o1"})        # undelivered: the group is not drained, so never "idle"
+    pace = run_backpressure.effects_with_hiccup(at=99, stall=0.5).on_call
+    why: list[str] = []
+    stop = run_backpressure._producer_stop(client, threading.Event(), why, pace, quiet_bound=5.0)
+    progress = SimpleNamespace(started=lambda: True)
+    assert stop.check(progress) is None
+    for _ in range(20):                               # 10 s, twice the bound, the consumer applying now and then
+        clock.now += 0.5
+        pace("o1", False)
+        assert stop.check(progress) is None
+    clock.now += run_backpressure.PRODUCER_SLACK - 0.1
+    assert stop.check(progress) is None and why == []
+    clock.now += 0.2
+    found = stop.check(progress)
+    assert found is not None and why == ["stalled"]
+    assert "consumer.py had applied nothing for the last 4 s" in found.detail
+
+
+def test_a_producer_within_a_quiet_machines_bound_is_not_stopped_for_a_consumer_that_pauses(client, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(run_backpressure, "time", clock)
+    from retrylab.checks.stream_consumer import streams
+    streams.create_group(client)
+    client.xadd("orders", {"order_id": "o1"})
+    pace = run_backpressure.effects_with_hiccup(at=99, stall=0.5).on_call
+    stop = run_backpressure._producer_stop(client, threading.Event(), [], pace, quiet_bound=8.0)
+    progress = SimpleNamespace(started=lambda: True)
+    assert stop.check(progress) is None
+    clock.now += 7.9                                  # no effect at all, but within the bound
+    assert stop.check(progress) is None
+    assert pace.since_last(clock.now - 1.0) == 1.0    # no call yet: counted from the given start
 
 
 # ------------------------------------------------------------------------------------------------

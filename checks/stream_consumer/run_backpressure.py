@@ -8,7 +8,9 @@ sent XREADGROUP), producer.py runs with N and M drawn for this grading: so the c
 producer adds or refuses, and a refusal while the lag has fallen shows. When it exits, the consumer is left to
 drain (held DONE_GRACE) and stopped. A producer that does not finish is stopped: once the group has been
 drained for HANG_GRACE real seconds while it still runs (it waits for a lag that is already gone), when
-the consumer is gone, or at its own time bound.
+the consumer is gone, when it has run longer than a quiet machine needs and the consumer it may be waiting on
+has applied nothing for PRODUCER_SLACK, or at its own outer bound. Time bounds follow the consumer's pace:
+on a busy machine the consumer drains slowly, and a blocking producer rightly waits for it.
 
 The record is everything the check needs and nothing the learner's scripts could fake: the harness's lag
 samples, the entries left in `orders` and XINFO STREAM's entries-added (so entries that were trimmed or
@@ -45,8 +47,12 @@ JOIN_WAIT = 8.0             # real seconds the harness waits for consumer.py to 
                             # its run is under way: an interpreter importing redis on a loaded machine takes seconds
 START_WAIT = 60.0           # real seconds for the run to get under way (a sandbox on a busy machine)
 HANG_GRACE = 1.0            # real seconds the group stays drained while producer.py runs on: it hangs
-PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what draining N orders takes
-DRAIN_BOUND = 3.0           # real seconds the consumer has, once the producer has ended, to drain what is left
+PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what draining N orders takes, and may run
+                            # on past that with the consumer applying nothing
+DRAIN_BOUND = 3.0           # real seconds the consumer has, once the producer has ended or since its last effect,
+                            # to drain what is left
+BUSY_FACTOR = 3.0           # the outer bounds: this many times a quiet machine's (4 gradings beside 2 CPU hogs on
+                            # 2 cores took a correct blocking producer over 6 s, 4 times the quiet figure)
 # One early effect (which one is drawn per grading) takes (M + 5) / STALL_RATE seconds: the consumer
 # hiccups while the producer is still adding. A producer that does not look at the lag then overruns
 # max(M + 5, 1.2 M) whatever its pace, unless it adds fewer than STALL_RATE orders a second: slower than
@@ -75,7 +81,8 @@ class BackpressureRun:
     consumer_joined: bool               # consumer.py read from the group before the harness gave up waiting
     producer: ScriptRun | None          # None: not run (consumer.py never joined the group)
     producer_stopped: str | None        # why the harness stopped it: "idle" (the lag was gone for HANG_GRACE),
-                                        # "consumer_gone"; None: it exited, or ran into its time bound
+                                        # "consumer_gone", "stalled"; None: it exited, or ran into its
+                                        # outer bound
     producer_window: tuple[float, float]  # epoch seconds: when producer.py started and ended
     samples: tuple[LagSample, ...]
     entries: tuple[streams.Entry, ...]  # what is left in `orders` (at most streams.MAX_ENTRIES)
@@ -115,15 +122,22 @@ def _sample_lag(endpoint, stop: threading.Event, cancelled: threading.Event) -> 
 
 class _Hiccup:
     """EffectsApp's on_call: the `at`-th call of effects.apply takes `stall` seconds, the others EFFECT_PAUSE
-    (EffectsApp reads its `pause` for each call's answer after telling on_call)."""
+    (EffectsApp reads its `pause` for each call's answer after telling on_call). It notes when the consumer
+    last called (`last_at`, monotonic): its pace, which the time bounds follow."""
 
     def __init__(self, app: EffectsApp, at: int, stall: float):
         self.app, self.at, self.stall, self.calls = app, at, stall, 0
+        self.last_at: float | None = None
         self._lock = threading.Lock()
+
+    def since_last(self, start: float) -> float:
+        """Real seconds since the consumer's last call of apply, or since `start` if that was later."""
+        return time.monotonic() - max(start, self.last_at or start)
 
     def __call__(self, order_id: str, failed: bool) -> None:
         with self._lock:
             self.calls += 1
+            self.last_at = time.monotonic()
             self.app.pause = self.stall if self.calls == self.at else EFFECT_PAUSE
 
 
@@ -139,9 +153,10 @@ def _drained(client) -> bool:
 
 
 def _consumer_stop(client, producer_done: threading.Event, reading: threading.Event, running: threading.Event,
-                   stop) -> object:
+                   stop, pace: _Hiccup) -> object:
     """consumer.py's stop: done once the producer has ended and the group is drained (held DONE_GRACE);
-    or DRAIN_BOUND after the producer ended, drained or not (what is left is the check's to judge)."""
+    or, drained or not, once it has applied nothing for DRAIN_BOUND since the producer ended (what is left is
+    the check's to judge)."""
     ended_at: list[float | None] = [None]
 
     def done(progress) -> bool:
@@ -151,16 +166,17 @@ def _consumer_stop(client, producer_done: threading.Event, reading: threading.Ev
         if not producer_done.is_set():
             return False
         ended_at[0] = ended_at[0] or time.monotonic()
-        return time.monotonic() - ended_at[0] > DRAIN_BOUND
+        return pace.since_last(ended_at[0]) > DRAIN_BOUND
 
     return (_notes_reading(reading, running) | consumer_settled(done, stop)
             | when(gave_up, Reason.CAP, lambda p: tr("step6.stopped_drain", seconds=DRAIN_BOUND)))
 
 
-def _producer_stop(client, consumer_gone: threading.Event, why: list[str]):
-    """producer.py's stop, beyond its time bound: the group has been drained for HANG_GRACE while it runs
-    on (it waits for a lag that is gone), or consumer.py has ended (the lag can no longer fall).
-    `why` gets "idle" or "consumer_gone"."""
+def _producer_stop(client, consumer_gone: threading.Event, why: list[str], pace: _Hiccup, quiet_bound: float):
+    """producer.py's stop, beyond its outer bound: the group has been drained for HANG_GRACE while it runs
+    on (it waits for a lag that is gone), consumer.py has ended (the lag can no longer fall), or it has run
+    longer than `quiet_bound` (what a quiet machine needs) while consumer.py, which a blocking producer waits
+    on, has applied nothing for PRODUCER_SLACK. `why` gets "idle", "consumer_gone" or "stalled"."""
     def noted(name, predicate):
         def look(progress) -> bool:
             if predicate(progress):
@@ -170,9 +186,17 @@ def _producer_stop(client, consumer_gone: threading.Event, why: list[str]):
         return look
 
     idle = held_for(lambda progress: progress.started() and _drained(client), HANG_GRACE)
+    first_look: list[float | None] = [None]
+
+    def stalled(progress) -> bool:
+        first_look[0] = first_look[0] or time.monotonic()
+        return time.monotonic() - first_look[0] > quiet_bound and pace.since_last(first_look[0]) > PRODUCER_SLACK
+
     return (when(noted("idle", idle), Reason.CAP, lambda p: tr("step6.stopped_idle", seconds=HANG_GRACE))
             | when(noted("consumer_gone", lambda p: consumer_gone.is_set()), Reason.CAP,
-                   lambda p: tr("step6.stopped_consumer_gone")))
+                   lambda p: tr("step6.stopped_consumer_gone"))
+            | when(noted("stalled", stalled), Reason.CAP,
+                   lambda p: tr("step6.stopped_stalled", seconds=f"{quiet_bound:.0f}", slack=f"{PRODUCER_SLACK:g}")))
 
 
 def _notes_reading(reading: threading.Event, running: threading.Event):
@@ -211,7 +235,8 @@ def _wait_for(event: threading.Event, seconds: float, *unless: threading.Event) 
 @RUNS.observer("backpressure_run")
 def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> BackpressureRun:
     count, max_lag = random.randint(*COUNTS), random.randint(*MAX_LAGS)
-    producer_timeout = count * EFFECT_PAUSE * 2 + PRODUCER_SLACK
+    quiet_bound = count * EFFECT_PAUSE * 2 + PRODUCER_SLACK
+    producer_timeout = quiet_bound * BUSY_FACTOR
     with redis_backend.private() as endpoint, endpoint.client() as client:
         streams.create_group(client)
         producer_done, consumer_gone, reading, running = (threading.Event(), threading.Event(), threading.Event(),
@@ -219,12 +244,13 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
         producer_stopped: list[str] = []
 
         effects = effects_with_hiccup(random.randint(*STALL_AT), (max_lag + 5) / STALL_RATE)
+        pace = effects.on_call
 
         def consume(stop: threading.Event) -> ScriptRun:
             try:
                 return without_step_clock(learner).run(
-                    "consumer.py", endpoint, timeout=JOIN_WAIT + producer_timeout + DRAIN_BOUND + 1.0,
-                    stop_when=_consumer_stop(client, producer_done, reading, running, _Either(stop, cancelled)),
+                    "consumer.py", endpoint, timeout=JOIN_WAIT + producer_timeout + DRAIN_BOUND * BUSY_FACTOR + 1.0,
+                    stop_when=_consumer_stop(client, producer_done, reading, running, _Either(stop, cancelled), pace),
                     app=effects, run_clock=RunClock.real())
             finally:
                 consumer_gone.set()
@@ -235,7 +261,8 @@ def observe_backpressure(learner, redis_backend, cancelled: threading.Event) -> 
             producer, started = None, time.time()
             if joined and not cancelled.is_set():
                 producer = learner.run("producer.py", endpoint, timeout=producer_timeout,
-                                       stop_when=_producer_stop(client, consumer_gone, producer_stopped),
+                                       stop_when=_producer_stop(client, consumer_gone, producer_stopped, pace,
+                                                                quiet_bound),
                                        run_clock=RunClock.real(),
                                        args=("--count", str(count), "--max-lag", str(max_lag)))
             ended = time.time()
