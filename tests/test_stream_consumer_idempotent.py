@@ -10,9 +10,9 @@ from retrylab.appchannel import Argument
 from retrylab.brokers.redis import BROKER, make_backend
 from retrylab.brokers.redis.commands import Command
 from retrylab.calllog import Call
-from retrylab.checks.stream_consumer import observe
+from retrylab.checks.stream_consumer import observe, redelivery
 from retrylab.checks.stream_consumer.run_crash import (ORDERS, TARGET, CrashRun, acks, names, observe_crash,
-                                                       reads_noack, sent_after_the_end, stream_ids, takes_back)
+                                                       reads_noack, sent_after_the_end, takes_back)
 from retrylab.fixtures.stream_consumer import corpus, orders
 from retrylab.fixtures.stream_consumer.effects import ENDED_STATUS, EffectError
 from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
@@ -82,7 +82,7 @@ ENTRY, OWNER = b"1700000000000-1", b"host-42"
     (_cmd("XREAD", "STREAMS", "orders", "0"), []),
 ])
 def test_stream_ids_are_read_after_streams(command, ids):
-    assert stream_ids(command) == ids
+    assert [entry_id for _, entry_id in redelivery.read_from(command)] == ids
 
 
 @pytest.mark.parametrize("command, expected", [
@@ -93,6 +93,10 @@ def test_stream_ids_are_read_after_streams(command, ids):
     (_cmd("XREADGROUP", "GROUP", "workers", "someone-else", "STREAMS", "orders", "0"), False),
     (_cmd("XREADGROUP", "GROUP", "workers", OWNER, "STREAMS", "orders", ">"), False),  # only new entries
     (_cmd("XPENDING", "orders", "workers", "-", "+", "10"), False),
+    (_cmd("XCLAIM", "other", "workers", "me", "200", ENTRY), False),                   # another stream's entry
+    (_cmd("XAUTOCLAIM", "other", "workers", "me", "200", "0-0"), False),
+    (_cmd("XREADGROUP", "GROUP", "workers", OWNER, "STREAMS", "other", "0"), False),
+    (_cmd("XREADGROUP", "GROUP", "workers", OWNER, "STREAMS", "other", "orders", ">", "0"), True),
 ])
 def test_takes_back_knows_what_redelivers_the_entry(command, expected):
     assert takes_back(command, ENTRY, OWNER) is expected

@@ -67,11 +67,15 @@ def _delivers(command, entry_id: bytes) -> bool:
     return is_claim(command, entry_id) or any(key == lab.STREAM.encode() for key, _ in read_from(command))
 
 
-def _gives_back(command, entry_id: bytes) -> bool:
-    """A command that could give a pending entry back: a claim of it, or an XREADGROUP of a pending list (an id
-    other than `>`, which reads only new entries)."""
-    return is_claim(command, entry_id) or any(key == lab.STREAM.encode() and i != b">"
-                                              for key, i in read_from(command))
+def gives_back(command, entry_id: bytes, reader: bytes | None = None) -> bool:
+    """A command that could give a pending entry of the lab's stream back: a claim of it, or an XREADGROUP of a
+    pending list (an id other than `>`, which reads only new entries), by consumer `reader` when one is named (a
+    pending list read is the reading consumer's own)."""
+    if is_claim(command, entry_id):
+        return True
+    if reader is not None and command.args[3:4] != (reader,):
+        return False
+    return any(key == lab.STREAM.encode() and i != b">" for key, i in read_from(command))
 
 
 def is_claim(command, entry_id: bytes) -> bool:
@@ -116,7 +120,7 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
         if before.outcome != "error":
             continue
         delivered = [c.at for c in commands if c.at <= before.t and _delivers(c, entry_id)]
-        back = [c for c in commands if before.t <= c.at <= call.t and _gives_back(c, entry_id)]
+        back = [c for c in commands if before.t <= c.at <= call.t and gives_back(c, entry_id)]
         # the min-idle of the claim that gave it back; none when the last thing that could was a re-read of a
         # pending list (a claim sent for show before it took nothing)
         idle = min_idle_ms(back[-1]) if back and is_claim(back[-1], entry_id) else None

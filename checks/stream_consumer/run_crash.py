@@ -92,21 +92,11 @@ class CrashRun:
 
 # -- what commands say --------------------------------------------------------------------------
 
-def stream_ids(command) -> list[bytes]:
-    """The ids an XREADGROUP reads from; [] if it is none."""
-    return [entry_id for _, entry_id in redelivery.read_from(command)]
-
-
 def takes_back(command, entry: bytes, owner: bytes) -> bool:
-    """A command that redelivers `entry`, pending with consumer `owner`: XCLAIM naming it, XAUTOCLAIM
-    (its reply says which entries, the command does not), or XREADGROUP of `owner`'s own pending list
-    (an id other than `>`: a consumer with a fixed name, restarted)."""
-    if command.name == "XCLAIM":
-        return entry in command.args[5:]
-    if command.name == "XAUTOCLAIM":
-        return True
-    return (command.name == "XREADGROUP" and len(command.args) > 3 and command.args[3] == owner
-            and any(i != b">" for i in stream_ids(command)))
+    """A command that redelivers `entry`, pending with consumer `owner`: XCLAIM naming it, XAUTOCLAIM (its reply
+    says which entries, the command does not), or XREADGROUP of `owner`'s own pending list (an id other than `>`:
+    a consumer with a fixed name, restarted), on the lab's stream."""
+    return redelivery.gives_back(command, entry, reader=owner)
 
 
 def reads_noack(command) -> bool:
