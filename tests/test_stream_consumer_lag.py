@@ -340,3 +340,27 @@ def test_corpus_entry_gets_its_step5_verdict(entry, backend, shared_gradings):
         says = SAYS[entry.name]
         says = (says,) if isinstance(says, str) else says
         assert any(s in result.message for s in says) and "Hint:" in result.message, result.message
+
+
+def test_a_slow_consumer_past_a_quiet_machines_bound_runs_on_while_it_changes_something(monkeypatch):
+    """settling.slowed_down: on a busy machine the burst drains slowly; past RUN_TIMEOUT the run goes on while
+    calls keep coming, and stops once nothing changed for STALLED_QUIET."""
+    from types import SimpleNamespace
+
+    from retrylab.checks.stream_consumer import settling
+
+    now = [500.0]
+    monkeypatch.setattr(settling, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    calls: list[int] = []
+    progress = SimpleNamespace(calls=lambda: calls, link=SimpleNamespace(shape=lambda: ()))
+    stop = settling.slowed_down(bound=10.0, quiet=3.0)
+    assert stop.check(progress) is None
+    for _ in range(40):                 # 20 s, twice the bound, a call every half second
+        now[0] += 0.5
+        calls.append(1)
+        assert stop.check(progress) is None
+    now[0] += 2.9
+    assert stop.check(progress) is None
+    now[0] += 0.2
+    found = stop.check(progress)
+    assert found is not None and "changed nothing for 3 s" in found.detail

@@ -34,7 +34,7 @@ from retrylab.appchannel import RunClock
 from retrylab.checks.stream_consumer.runs import RUNS
 from retrylab.checks.stream_consumer import lab, refusals, streams
 from retrylab.checks.stream_consumer.catalog import tr
-from retrylab.checks.stream_consumer.settling import consumer_settled, held_for
+from retrylab.checks.stream_consumer.settling import BUSY_FACTOR, consumer_settled, held_for
 from retrylab.fixtures.stream_consumer.effects_app import EffectsApp
 from retrylab.runner import ScriptRun
 from retrylab.settle import Reason, when
@@ -51,8 +51,6 @@ PRODUCER_SLACK = 4.0        # real seconds a producer may take beyond what drain
                             # on past that with the consumer applying nothing
 DRAIN_BOUND = 3.0           # real seconds the consumer has, once the producer has ended or since its last effect,
                             # to drain what is left
-BUSY_FACTOR = 3.0           # the outer bounds: this many times a quiet machine's (4 gradings beside 2 CPU hogs on
-                            # 2 cores took a correct blocking producer over 6 s, 4 times the quiet figure)
 # One early effect (which one is drawn per grading) takes (M + 5) / STALL_RATE seconds: the consumer
 # hiccups while the producer is still adding. A producer that does not look at the lag then overruns
 # max(M + 5, 1.2 M) whatever its pace, unless it adds fewer than STALL_RATE orders a second: slower than

@@ -11,7 +11,10 @@ A run stops when:
 - it called effects.apply more than RETRIES_FOREVER times for one order: it retries forever;
 - (with `ready`) nothing changed, neither the call log nor the keys' shape, for QUIET real seconds once
   `ready` said every order the harness added was called at least once: it waits for nothing that will come;
-- `cancelled` is set (the grading is ending), or the run's own timeout passes.
+- `cancelled` is set (the grading is ending), or the run's own timeout passes;
+- (with `slowed_down`, for runs whose work takes a quiet machine seconds) past a quiet machine's bound, nothing
+  changed for STALLED_QUIET real seconds: on a busy machine such a consumer drains slowly and runs on while it
+  does, up to BUSY_FACTOR times that bound.
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ STUCK_CPU = 2.0             # CPU seconds without any change: the consumer will 
 # (a BLOCK of 100-500 ms) and scheduling on a busy machine: 1.0 + 0.5. Its clock only starts once every
 # order was called at least once, so a slow interpreter start is never taken for quiet.
 QUIET = 1.5
+# The outer bounds of runs that wait for work a consumer drains at its pace: this many times a quiet machine's
+# (4 gradings beside 2 CPU hogs on 2 cores, load average 23, took correct runs 4 times their quiet time).
+BUSY_FACTOR = 3.0
+STALLED_QUIET = 3.0         # real seconds without a change, past a quiet machine's bound: the consumer is not slow, it stalls
 
 
 def _most_called(progress) -> tuple[str, int]:
@@ -82,6 +89,24 @@ def quiet_for(ready: Callable[[object], bool], seconds: float) -> Callable[[obje
         return now - last[1] >= seconds
 
     return quiet
+
+
+def past(seconds: float) -> Callable[[object], bool]:
+    """Yes from `seconds` of real time after the first look on."""
+    first: list[float | None] = [None]
+
+    def passed(progress) -> bool:
+        first[0] = first[0] or time.monotonic()
+        return time.monotonic() - first[0] >= seconds
+
+    return passed
+
+
+def slowed_down(bound: float = RUN_TIMEOUT, quiet: float = STALLED_QUIET) -> StopCondition:
+    """Past `bound` (a quiet machine's), a run that still changes something (calls, keys) goes on; it is stopped
+    once nothing changed for `quiet` real seconds. Its own timeout is then `bound` * BUSY_FACTOR."""
+    return when(quiet_for(past(bound), quiet), Reason.CAP,
+                lambda progress: tr("settle.stalled", seconds=f"{bound:g}", quiet=f"{quiet:g}"))
 
 
 def _quiet_detail(_progress) -> str:
