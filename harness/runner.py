@@ -138,6 +138,11 @@ class Progress:
         """CPU seconds the learner's processes have had, as of the last look."""
         return self._cpu
 
+    def running(self) -> bool:
+        """Whether a thread of the learner's processes is running or ready to run now: on a busy machine one can
+        wait seconds for a CPU (a process about to exit, say), and must not be taken for one that waits."""
+        return self.sandbox is not None and self.sandbox.learner_running()
+
     def cpu_since_change(self) -> float:
         """CPU seconds the learner had since its first broker command or the last change, whichever
         is later (0.0 before its first command)."""

@@ -213,3 +213,20 @@ def test_every_wrong_entry_of_this_step_has_its_reason_and_fails_step_4():
     assert all(e.expect[4] == "fail" for e in ENTRIES if e.kind == "wrong")
     assert all(set(e.expect.values()) == {"pass"} and set(e.expect) == set(range(1, 7))
                for e in ENTRIES if e.kind == "correct")
+
+
+def test_a_first_run_past_its_target_is_not_done_while_its_process_is_ready_to_run():
+    """On a busy machine a process ended by the effect can wait seconds for a CPU to exit: while a thread of it is
+    ready to run it is not taken for one that went on (step 4's "went on running"); once none is, it is."""
+    from types import SimpleNamespace
+
+    from retrylab.checks.stream_consumer import run_crash
+
+    target = "ord-1"
+    applied = Call(t=10.0, id=target, is_dict=True, arg="{}", outcome="ok", error=None, fn="apply")
+    running = [True]
+    progress = SimpleNamespace(calls=lambda: [applied], running=lambda: running[0])
+    done = run_crash._first_done(target)
+    assert done(progress) is False
+    running[0] = False
+    assert done(progress) is True

@@ -140,10 +140,11 @@ def _applied(progress, order_id: str) -> bool:
 
 def _first_done(target_id: str):
     """The first run has nothing more to show: the target was applied (the process should have ended at
-    once), or the group has nothing left for it to do."""
+    once) and the process is not ready to run (one that is may be ending, starved of CPU on a busy machine:
+    it is not going on), or the group has nothing left for it to do."""
     def done(progress) -> bool:
         if _applied(progress, target_id):
-            return True
+            return not progress.running()
         state = streams.group(progress.link.client)
         return state is not None and state.pending == 0 and state.undelivered == 0
     return done
