@@ -342,25 +342,45 @@ def test_corpus_entry_gets_its_step5_verdict(entry, backend, shared_gradings):
         assert any(s in result.message for s in says) and "Hint:" in result.message, result.message
 
 
-def test_a_slow_consumer_past_a_quiet_machines_bound_runs_on_while_it_changes_something(monkeypatch):
-    """settling.slowed_down: on a busy machine the burst drains slowly; past RUN_TIMEOUT the run goes on while
-    calls keep coming, and stops once nothing changed for STALLED_QUIET."""
+def test_a_slow_consumer_past_a_quiet_machines_bound_runs_on_while_its_backlog_falls(monkeypatch):
+    """settling.slowed_down: on a busy machine the burst drains slowly; past RUN_TIMEOUT the run goes on while the
+    group's backlog keeps falling, and stops once it has not fallen for STALLED_QUIET. Other changes (calls, keys
+    the consumer touches) do not keep it going, nor does a backlog that rises and falls back."""
     from types import SimpleNamespace
 
     from retrylab.checks.stream_consumer import settling
 
     now = [500.0]
     monkeypatch.setattr(settling, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    calls: list[int] = []
-    progress = SimpleNamespace(calls=lambda: calls, link=SimpleNamespace(shape=lambda: ()))
-    stop = settling.slowed_down(bound=10.0, quiet=3.0)
+    backlog = [60]
+    progress = SimpleNamespace()
+    stop = settling.slowed_down(lambda progress: backlog[0], bound=10.0, quiet=3.0)
     assert stop.check(progress) is None
-    for _ in range(40):                 # 20 s, twice the bound, a call every half second
+    now[0] += 9.9                       # within the bound: never stopped, whatever the backlog does
+    assert stop.check(progress) is None
+    for _ in range(40):                 # 20 s past it, one entry drained every half second
         now[0] += 0.5
-        calls.append(1)
+        backlog[0] -= 1
         assert stop.check(progress) is None
-    now[0] += 2.9
-    assert stop.check(progress) is None
-    now[0] += 0.2
+    for step in range(5):               # up and back down: no new low
+        now[0] += 0.5
+        backlog[0] += 1 if step % 2 == 0 else -1
+        assert stop.check(progress) is None
+    now[0] += 0.6                       # 3.1 s since the last new low
     found = stop.check(progress)
-    assert found is not None and "changed nothing for 3 s" in found.detail
+    assert found is not None and "did not fall for 3 s" in found.detail
+
+
+def test_a_run_past_its_bound_without_a_group_is_stopped_after_the_quiet_time(monkeypatch):
+    from types import SimpleNamespace
+
+    from retrylab.checks.stream_consumer import settling
+
+    now = [0.0]
+    monkeypatch.setattr(settling, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    stop = settling.slowed_down(lambda progress: None, bound=10.0, quiet=3.0)
+    assert stop.check(SimpleNamespace()) is None
+    now[0] = 12.9
+    assert stop.check(SimpleNamespace()) is None
+    now[0] = 16.0
+    assert stop.check(SimpleNamespace()) is not None

@@ -187,14 +187,15 @@ def _producer_stop(client, consumer_gone: threading.Event, why: list[str], pace:
     first_look: list[float | None] = [None]
 
     def stalled(progress) -> bool:
-        first_look[0] = first_look[0] or time.monotonic()
+        if first_look[0] is None:
+            first_look[0] = time.monotonic()
         return time.monotonic() - first_look[0] > quiet_bound and pace.since_last(first_look[0]) > PRODUCER_SLACK
 
     return (when(noted("idle", idle), Reason.CAP, lambda p: tr("step6.stopped_idle", seconds=HANG_GRACE))
             | when(noted("consumer_gone", lambda p: consumer_gone.is_set()), Reason.CAP,
                    lambda p: tr("step6.stopped_consumer_gone"))
             | when(noted("stalled", stalled), Reason.CAP,
-                   lambda p: tr("step6.stopped_stalled", seconds=f"{quiet_bound:.0f}", slack=f"{PRODUCER_SLACK:g}")))
+                   lambda p: tr("step6.stopped_stalled", seconds=f"{quiet_bound:g}", slack=f"{PRODUCER_SLACK:g}")))
 
 
 def _notes_reading(reading: threading.Event, running: threading.Event):

@@ -11,8 +11,8 @@ itself.
   time.time(), from before lag.py starts to after it stops.
 - The consumer's run ends once the burst is all added and the group has nothing left (pending 0, nothing
   after last-delivered-id) for AFTER_DRAINED, so lag.py has printed its way back to 0; or when the
-  consumer is stuck (see settling), or past RUN_TIMEOUT once it changes nothing (a busy machine slows the
-  drain: settling.slowed_down), or at its timeout. The burst counts as drained (`drained_at`) at the
+  consumer is stuck (see settling), or past RUN_TIMEOUT once the group's backlog stops falling (a busy machine
+  slows the drain: settling.slowed_down), or at its timeout. The burst counts as drained (`drained_at`) at the
   first sample with pending 0 and last-delivered-id = the burst's last id (XINFO's `lag` is never
   trusted: LAB.md, measured facts).
 
@@ -48,7 +48,7 @@ EFFECT_PAUSE = 0.012        # seconds each effect takes: the reference then drai
 SAMPLE_EVERY = 0.05         # seconds between two harness samples of the lag
 MAX_SAMPLES = 1000          # bound of the sample list (50 s of samples: more than any run)
 AFTER_DRAINED = 0.8         # seconds the run goes on once the burst is drained: lag.py's lines back at 0 (period 0.5 s)
-CONSUMER_TIMEOUT = RUN_TIMEOUT * BUSY_FACTOR   # past RUN_TIMEOUT only while it still drains (slowed_down)
+CONSUMER_TIMEOUT = RUN_TIMEOUT * BUSY_FACTOR   # past RUN_TIMEOUT only while the burst still drains (slowed_down)
 LAG_RUN_TIMEOUT = CONSUMER_TIMEOUT + 3.0      # lag.py's own bound; it is normally stopped with the consumer
 
 
@@ -143,6 +143,12 @@ def _nothing_left(burst: _Burst):
     return done
 
 
+def _backlog(progress) -> int | None:
+    """The group's entries left to deliver or to acknowledge (None: there is no group)."""
+    state = streams.group(progress.link.client)
+    return state.lag if state is not None else None
+
+
 @RUNS.observer("lag_run")
 def observe_lag(learner, redis_backend, cancelled: threading.Event | None = None) -> LagRun:
     cancelled = cancelled or threading.Event()
@@ -168,7 +174,7 @@ def observe_lag(learner, redis_backend, cancelled: threading.Event | None = None
                          | (when(lambda progress: burst.added is not None, Reason.BLOCKED_FOREVER)
                             & blocked(forever=True))
                          | no_progress(cpu=STUCK_CPU)
-                         | slowed_down())
+                         | slowed_down(_backlog))
             consumer = learner.run("consumer.py", endpoint, timeout=CONSUMER_TIMEOUT, stop_when=stop_when,
                                    app=EffectsApp(seeded=burst.orders, pause=EFFECT_PAUSE), run_clock=RunClock.real())
             lag_run, window = lag.stop()

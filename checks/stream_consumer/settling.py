@@ -12,9 +12,9 @@ A run stops when:
 - (with `ready`) nothing changed, neither the call log nor the keys' shape, for QUIET real seconds once
   `ready` said every order the harness added was called at least once: it waits for nothing that will come;
 - `cancelled` is set (the grading is ending), or the run's own timeout passes;
-- (with `slowed_down`, for runs whose work takes a quiet machine seconds) past a quiet machine's bound, nothing
-  changed for STALLED_QUIET real seconds: on a busy machine such a consumer drains slowly and runs on while it
-  does, up to BUSY_FACTOR times that bound.
+- (with `slowed_down`, for runs whose work takes a quiet machine seconds) past a quiet machine's bound, the work
+  left has not fallen for STALLED_QUIET real seconds: on a busy machine such a consumer drains slowly and runs on
+  while it does, up to BUSY_FACTOR times that bound.
 """
 from __future__ import annotations
 
@@ -91,22 +91,27 @@ def quiet_for(ready: Callable[[object], bool], seconds: float) -> Callable[[obje
     return quiet
 
 
-def past(seconds: float) -> Callable[[object], bool]:
-    """Yes from `seconds` of real time after the first look on."""
+def slowed_down(backlog: Callable[[object], int | None], bound: float = RUN_TIMEOUT,
+                quiet: float = STALLED_QUIET) -> StopCondition:
+    """Past `bound` (a quiet machine's), a run goes on while `backlog(progress)` (the work left: a group's
+    undelivered + pending, say) keeps falling to new lows; it is stopped once it has not for `quiet` real
+    seconds. Nothing else the learner changes counts, so a consumer cannot keep its run going by touching other
+    keys. Its own timeout is then `bound` * BUSY_FACTOR. The backlog is read only past `bound`."""
     first: list[float | None] = [None]
+    low: list = [None, 0.0]      # the lowest backlog seen past the bound, and when it was reached
 
-    def passed(progress) -> bool:
-        first[0] = first[0] or time.monotonic()
-        return time.monotonic() - first[0] >= seconds
+    def stalled(progress) -> bool:
+        now = time.monotonic()
+        if first[0] is None:
+            first[0] = now
+        if now - first[0] < bound:
+            return False
+        left = backlog(progress)
+        if low[0] is None or (left is not None and left < low[0]):
+            low[0], low[1] = (left if left is not None else float("inf")), now
+        return now - low[1] >= quiet
 
-    return passed
-
-
-def slowed_down(bound: float = RUN_TIMEOUT, quiet: float = STALLED_QUIET) -> StopCondition:
-    """Past `bound` (a quiet machine's), a run that still changes something (calls, keys) goes on; it is stopped
-    once nothing changed for `quiet` real seconds. Its own timeout is then `bound` * BUSY_FACTOR."""
-    return when(quiet_for(past(bound), quiet), Reason.CAP,
-                lambda progress: tr("settle.stalled", seconds=f"{bound:g}", quiet=f"{quiet:g}"))
+    return when(stalled, Reason.CAP, lambda progress: tr("settle.stalled", seconds=f"{bound:g}", quiet=f"{quiet:g}"))
 
 
 def _quiet_detail(_progress) -> str:
