@@ -17,7 +17,9 @@ PEAK_RSS_BOUND = 300 << 20      # bytes; a grading of the reference takes about 
 _MEASURE = """
 import json, sys
 from retrylab.grading import grade
-report = grade(sys.argv[1], backend=sys.argv[2])
+# the lab's steps only: the advanced checks' own worker run would be a second flood beside the first, and on a
+# busy machine (CI here) the two together no longer reach the call cap within the run's 15 s
+report = grade(sys.argv[1], backend=sys.argv[2], steps=tuple(range(1, 9)))
 print(json.dumps({"verdicts": {r.number: r.status for r in report.lab_results},
                   "messages": {r.number: r.message for r in report.lab_results},
                   # VmHWM, not ru_maxrss: ru_maxrss keeps the size of the process that forked this one
