@@ -123,7 +123,7 @@ class Progress:
         previous, self._calm = self._calm, (waiting.state, self._cpu)
         if previous is None or previous[0] != waiting.state or self._cpu - previous[1] > _CPU_NOISE:
             return []
-        if self.sandbox is not None and self.sandbox.learner_running():
+        if self.running():
             return []
         if self.link.could_wake(waiting.reads):
             return []   # something to take, or taken and its reply on its way: the learner is not stuck

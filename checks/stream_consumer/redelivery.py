@@ -34,9 +34,9 @@ class Redelivery:
 
     @property
     def gap(self) -> float:
-        """At least the real wait: from the entry's delivery (or the failed call) to the next call."""
-        start = self.failed_at if self.delivered_at is None else min(self.delivered_at, self.failed_at)
-        return self.at - start
+        """At least the real wait: from the entry's delivery (redeliveries() takes it at or before the failed call),
+        or from the failed call when no delivering command was seen, to the next call."""
+        return self.at - (self.failed_at if self.delivered_at is None else self.delivered_at)
 
     @property
     def call_gap(self) -> float:
