@@ -271,3 +271,50 @@ def test_the_consumers_hiccup_is_one_long_effect_among_short_ones():
         decision = app.decide("apply", (argument,))
         pauses.append(decision.value["pause"])
     assert pauses == [run_backpressure.EFFECT_PAUSE] * 2 + [0.5] + [run_backpressure.EFFECT_PAUSE] * 2
+
+
+class _AcksDuringTheRange:
+    """A client on which the consumer reads and acknowledges `moves` entries right after each of the first
+    `times` XRANGEs: what a busy machine's delay between the harness's two commands lets happen."""
+
+    def __init__(self, client, moves: int, times: int):
+        self.client, self.moves, self.times = client, moves, times
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def xrange(self, *args, **kwargs):
+        found = self.client.xrange(*args, **kwargs)
+        if self.times > 0:
+            self.times -= 1
+            for _stream, entries in self.client.xreadgroup("workers", "c", {"orders": ">"}, count=self.moves):
+                self.client.xack("orders", "workers", *[entry_id for entry_id, _ in entries])
+        return found
+
+
+def _orders_with_lag(client, added: int, read: int, acked: int):
+    client.xgroup_create("orders", "workers", id="0", mkstream=True)
+    for n in range(added):
+        client.xadd("orders", {"n": n})
+    for stream, entries in client.xreadgroup("workers", "c", {"orders": ">"}, count=read):
+        for entry_id, _ in entries[:acked]:
+            client.xack("orders", "workers", entry_id)
+
+
+@pytest.mark.parametrize("times", [1, 2])
+def test_the_group_state_is_not_counted_across_acks_made_while_it_is_read(client, times):
+    """Measured in CI under load: a correct producer's lag read as 24 for --max-lag 18, six entries counted
+    both pending and undelivered. Now a state that moved while it was read is read again."""
+    from retrylab.checks.stream_consumer import streams
+    _orders_with_lag(client, added=20, read=8, acked=2)     # lag 18: 12 undelivered + 6 pending
+    state = streams.group(_AcksDuringTheRange(client, moves=6, times=times))
+    # 6 more read and acknowledged during each of `times` reads: not 6 counted twice, but 6 gone each time
+    assert (state.undelivered, state.pending) == (12 - 6 * times, 6)
+
+
+def test_a_group_that_keeps_moving_is_counted_no_higher_than_its_lag(client):
+    from retrylab.checks.stream_consumer import streams
+    _orders_with_lag(client, added=40, read=8, acked=2)
+    state = streams.group(_AcksDuringTheRange(client, moves=3, times=streams.SNAPSHOT_TRIES))
+    true_lag = len(client.xrange("orders", b"(" + state.last_delivered, "+")) + client.xpending("orders", "workers")["pending"]
+    assert state.lag == true_lag == 40 - 2 - 3 * streams.SNAPSHOT_TRIES

@@ -78,10 +78,10 @@ def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: i
     return found
 
 
-def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> GroupState | None:
-    """The group's state, or None when the stream or the group does not exist."""
-    if key_type(client, key) != "stream":
-        return None
+SNAPSHOT_TRIES = 4          # reads of a group's state before one that moved while it was read is taken as is
+
+
+def _group_info(client: redis.Redis, key: str, name: str) -> dict | None:
     try:
         infos = client.xinfo_groups(key)
     except redis.ResponseError:     # the key changed type since TYPE (a learner's script is still running)
@@ -89,14 +89,48 @@ def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> 
     for info in infos:
         info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in info.items()}
         group_name = info.get("name")
-        if (group_name.decode() if isinstance(group_name, bytes) else group_name) != name:
-            continue
-        last = info.get("last-delivered-id") or b"0-0"
-        last = last.encode() if isinstance(last, str) else last
-        undelivered = len(client.xrange(key, b"(" + last, "+", count=MAX_ENTRIES))
-        return GroupState(pending=int(info.get("pending") or 0), last_delivered=last,
-                          undelivered=undelivered, consumers=int(info.get("consumers") or 0))
+        if (group_name.decode() if isinstance(group_name, bytes) else group_name) == name:
+            last = info.get("last-delivered-id") or b"0-0"
+            return {"last": last.encode() if isinstance(last, str) else last,
+                    "pending": int(info.get("pending") or 0), "consumers": int(info.get("consumers") or 0)}
     return None
+
+
+def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> GroupState | None:
+    """The group's state, or None when the stream or the group does not exist.
+
+    XINFO GROUPS and the XRANGE that counts what is past last-delivered-id are two commands: entries the
+    consumer reads and acknowledges between them would count twice (in the range, and in the pending count
+    read before), so a busy machine that delays the second command saw a lag the group never had. The state
+    is taken when XINFO GROUPS reads the same (last-delivered-id, pending) after the range as before it: no
+    entry was delivered or acknowledged meanwhile. A group that keeps moving is counted from the later read,
+    which can only miss entries added meanwhile: a lag no higher than the group's."""
+    if key_type(client, key) != "stream":
+        return None
+    after = _group_info(client, key, name)
+    for _ in range(SNAPSHOT_TRIES):
+        before = after
+        if before is None:
+            return None
+        past = [i for i, _ in client.xrange(key, b"(" + before["last"], "+", count=MAX_ENTRIES)]
+        after = _group_info(client, key, name)
+        if after is None:
+            return None
+        if (after["last"], after["pending"]) == (before["last"], before["pending"]):
+            break
+    undelivered = sum(1 for i in past if _id_after(i, after["last"]))
+    return GroupState(pending=after["pending"], last_delivered=after["last"], undelivered=undelivered,
+                      consumers=after["consumers"])
+
+
+def _id_after(entry_id: bytes, last: bytes) -> bool:
+    def parts(i: bytes) -> tuple[int, int]:
+        ms, _, seq = i.partition(b"-")
+        return int(ms), int(seq or 0)
+    try:
+        return parts(entry_id) > parts(last)
+    except ValueError:              # an id Redis would not give: count it, as the range did
+        return True
 
 
 def pending(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> list[Pending]:
