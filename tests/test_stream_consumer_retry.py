@@ -182,3 +182,62 @@ def test_quiet_counts_from_the_moment_every_order_was_called_and_restarts_at_eac
     assert not quiet(progress)
     time.sleep(0.06)
     assert quiet(progress)
+
+
+def _xpending(at: float, idle_ms: int, start: bytes = b"-", end: bytes = b"+") -> Command:
+    return _command(at, b"XPENDING", b"orders", b"workers", b"IDLE", str(idle_ms).encode(), start, end, b"100")
+
+
+def _xclaim(at: float, idle_ms: int) -> Command:
+    return _command(at, b"XCLAIM", b"orders", b"workers", b"c", str(idle_ms).encode(), ENTRY)
+
+
+def _constant_min_idle(late: float) -> tuple[list, list]:
+    """A consumer that looks every 100 ms (XPENDING IDLE 200) and claims what it lists (XCLAIM 200): both waits
+    are 200 ms; the second claim reaches the harness `late` s after the entry was first due (a busy machine)."""
+    calls = [_call(10.0, "error"), _call(10.23, "error"), _call(10.45 + late, "ok")]
+    commands = [_read(9.99, b">"), _xpending(10.1, 200), _xpending(10.2, 200), _xclaim(10.201, 200),
+                _xpending(10.33, 200), _xpending(10.43 + late, 200), _xclaim(10.431 + late, 200)]
+    return calls, commands
+
+
+def test_equal_min_idle_claimed_when_first_due_does_not_grow_however_late_the_second_gap():
+    """CI (a6ca961, fake): wrong/constant-min-idle passed step 2 when a busy machine stretched its second gap
+    by over 100 ms. It claimed at its first look that could find the entry due both times: its waits were 200 ms."""
+    for late in (0.0, 0.15, 0.4):
+        first, second = redelivery.redeliveries(*_constant_min_idle(late), ENTRY)
+        assert (first.eager, second.eager) == (True, True)
+        assert (first.min_idle_ms, second.min_idle_ms) == (200, 200)
+        assert not redelivery.waits_grow(first, second)
+
+
+def test_a_consumer_that_passes_by_a_due_entry_keeps_its_own_schedule_and_is_judged_on_its_gaps():
+    """not-before-schedule: XPENDING IDLE 100 every 100 ms, XCLAIM 100 once its own 200/400 ms schedule is due."""
+    calls = [_call(10.0, "error"), _call(10.22, "error"), _call(10.64, "ok")]
+    commands = [_read(9.99, b">"), _xpending(10.1, 100), _xpending(10.2, 100), _xclaim(10.201, 100),
+                _xpending(10.32, 100), _xpending(10.42, 100), _xpending(10.52, 100), _xpending(10.62, 100),
+                _xclaim(10.621, 100)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert not second.eager     # passed by an entry surely due at 10.42 and 10.52
+    assert redelivery.waits_grow(first, second)
+
+
+def test_a_consumer_that_sleeps_its_waits_out_is_judged_on_its_gaps():
+    calls = [_call(10.0, "error"), _call(10.21, "error"), _call(10.62, "ok")]
+    commands = [_read(9.99, b">"), _xclaim(10.2, 100), _xclaim(10.61, 100)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert (first.eager, second.eager) == (False, False)    # no look before the claim: nothing says why it waited
+    assert redelivery.waits_grow(first, second)
+
+
+def test_looks_at_the_pending_list_are_xpending_ranges_holding_the_entry_and_claims():
+    assert redelivery.look_threshold(_xpending(0, 250), ENTRY) == 250
+    assert redelivery.look_threshold(_command(0, b"XPENDING", b"orders", b"workers", b"-", b"+", b"10"), ENTRY) == 0
+    assert redelivery.look_threshold(_xpending(0, 250, start=b"(" + ENTRY), ENTRY) == 250
+    assert redelivery.look_threshold(_xpending(0, 250, start=b"1700000000001"), ENTRY) is None
+    assert redelivery.look_threshold(_xpending(0, 250, end=b"1699999999999-0"), ENTRY) is None
+    assert redelivery.look_threshold(_command(0, b"XPENDING", b"orders", b"workers"), ENTRY) is None   # summary
+    assert redelivery.look_threshold(_command(0, b"XPENDING", b"orders", b"workers", b"IDLE", b"x", b"-", b"+",
+                                              b"1"), ENTRY) is None
+    assert redelivery.look_threshold(_xclaim(0, 300), ENTRY) == 300
+    assert redelivery.look_threshold(_read(0, b">"), ENTRY) is None

@@ -31,6 +31,7 @@ class Redelivery:
     at: float                       # Call.t of this call
     min_idle_ms: int | None         # of the claim that brought it back (None: no claim seen, or a re-read did)
     delivered_at: float | None = None     # Command.at of the last command that could have delivered it before
+    eager: bool = False             # claimed at its first look that could find it due (see claimed_when_due)
 
     @property
     def gap(self) -> float:
@@ -113,6 +114,60 @@ def skipped(calls, commands, entry_id: bytes, pending) -> bool:
     return any(c.name == "XCLAIM" for c in claims)
 
 
+def look_threshold(command, entry_id: bytes) -> int | None:
+    """The idle threshold (ms) of a command that looks for the entry among the group's due pending entries: an
+    XPENDING in its extended form (IDLE m, else 0) whose range holds the entry, a claim's min-idle; None for
+    any other command."""
+    if is_claim(command, entry_id):
+        return min_idle_ms(command)
+    args = command.args
+    if command.name != "XPENDING" or args[1:3] != (lab.STREAM.encode(), lab.GROUP.encode()):
+        return None
+    threshold, rest = 0, args[3:]
+    if rest[:1] and rest[0].upper() == b"IDLE":
+        try:
+            threshold, rest = int(rest[1]), rest[2:]
+        except (IndexError, ValueError):
+            return None
+    if len(rest) < 3 or not (_at_or_after(entry_id, rest[0]) and _at_or_after(rest[1], entry_id)):
+        return None
+    return threshold
+
+
+def _stream_id(value: bytes, bound: tuple[int, int]) -> tuple[int, int] | None:
+    if value in (b"-", b"+"):
+        return bound
+    ms, _, seq = value.lstrip(b"(").partition(b"-")
+    try:
+        return int(ms), int(seq) if seq else bound[1]
+    except ValueError:
+        return None
+
+
+def _at_or_after(later: bytes, earlier: bytes) -> bool:
+    """Whether id (or range bound) `later` is at or after `earlier` ("-" and "+" the ends; "(" ignored: a bound
+    that excludes the entry itself still counts, so a look is never missed)."""
+    low, high = _stream_id(earlier, (0, 0)), _stream_id(later, (2 ** 64, 2 ** 64))
+    return low is not None and high is not None and high >= low
+
+
+def claimed_when_due(commands, entry_id: bytes, start: float, failed_at: float, claim) -> bool:
+    """Whether the consumer took the entry back at its first look that could find it due, after earlier looks
+    that could not, all with the claim's own threshold: its wait is then that min-idle, whatever the gap.
+
+    Looks are the consumer's commands between the failed call and the claim (look_threshold). The claim, and an
+    XPENDING just before it, are the look that took the entry. An earlier look with threshold t could not find it
+    due when sent under t after the entry's delivery (`start`); one sent t or more after the failed call surely
+    found it due, and passing it by shows a schedule of the consumer's own (between the two: not known). A
+    consumer that sleeps its wait out makes no earlier look, and is judged on its gaps."""
+    m = min_idle_ms(claim)
+    looks = [(c, look_threshold(c, entry_id)) for c in commands if failed_at < c.at < claim.at]
+    looks = [(c, t) for c, t in looks if t is not None]
+    if looks and looks[-1][0].name == "XPENDING":
+        looks.pop()
+    return bool(looks) and m is not None and all(t == m and c.at - start < t / 1000 for c, t in looks)
+
+
 def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
     """Each call that follows a failed call of the same order (`calls`: that order's, by time)."""
     found = []
@@ -123,8 +178,11 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
         back = [c for c in commands if before.t <= c.at <= call.t and gives_back(c, entry_id)]
         # the min-idle of the claim that gave it back; none when the last thing that could was a re-read of a
         # pending list (a claim sent for show before it took nothing)
-        idle = min_idle_ms(back[-1]) if back and is_claim(back[-1], entry_id) else None
-        found.append(Redelivery(before.t, call.t, idle, delivered[-1] if delivered else None))
+        claim = back[-1] if back and is_claim(back[-1], entry_id) else None
+        start = delivered[-1] if delivered else before.t
+        eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim)
+        found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim),
+                                delivered[-1] if delivered else None, eager))
     return found
 
 
@@ -145,8 +203,13 @@ def waits_grow(first: Redelivery, second: Redelivery) -> bool:
     MIN_RETRY_GAP at least (a constant min-idle seen through a poll period of up to 100 ms must not pass by
     chance). Known limit of the gaps: a min-idle counts from the delivery, the gap from the failed call, so a
     constant min-idle whose first delivery came in a batch processed slowly (a very busy machine) shows a first
-    gap shorter by that processing; the claims' own min-idle is judged first for that reason."""
+    gap shorter by that processing; the claims' own min-idle is judged first for that reason. And a busy machine
+    stretches any gap: a consumer that claimed each time at its first look that could find the entry due, with
+    the same min-idle, waited that min-idle both times (claimed_when_due), so its gaps are not read at all. One
+    that sleeps its waits out, or keeps a schedule of its own, is still judged on gaps a busy machine can skew."""
     idle1, idle2 = claimed_with(first), claimed_with(second)
     if idle1 is not None and idle2 is not None and lab.MIN_RETRY_GAP * 1000 <= idle1 < idle2:
         return True
+    if first.eager and second.eager and first.min_idle_ms == second.min_idle_ms:
+        return False                    # each wait was the same min-idle: a longer second gap is the machine's doing
     return second.call_gap >= first.call_gap + lab.MIN_RETRY_GAP
