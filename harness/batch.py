@@ -75,7 +75,7 @@ class Submission:
 
 @dataclass(frozen=True)
 class BatchConfig:
-    backend: str = "fake"
+    backend: str | None = None       # None: the exercise's broker's default backend (its name once made)
     exercise_id: str | None = None   # None: the default exercise (its id once made)
     step_timeout: float | None = None
     timeout: float | None = None     # per-submission wall limit; None: the steps' limits + OVERHEAD
@@ -86,6 +86,8 @@ class BatchConfig:
     def __post_init__(self):
         if self.exercise_id is None:
             object.__setattr__(self, "exercise_id", exercises.default_id())
+        if self.backend is None:
+            object.__setattr__(self, "backend", options.chosen_backend(None, self.exercise))
 
     @property
     def exercise(self) -> exercises.Exercise:

@@ -89,3 +89,13 @@ def test_feedback_cell_is_bounded_and_escapes_control_characters():
     cell = batch.feedback_cell({"step1_worker": "\x1b[2Jpainted\nsecond line", "step2_requeue": "x" * 5000})
     assert "\x1b" not in cell and cell.startswith("step1_worker: \\x1b[2Jpainted | step2_requeue: xxx")
     assert len(cell) <= batch.FEEDBACK_LIMIT
+
+
+def test_a_batch_configs_backend_is_its_exercises_default_unless_one_is_chosen():
+    """The engine names no backend: a config made without one takes the exercise's broker's default."""
+    from retrylab import brokers
+    from retrylab import exercise as exercises
+    for exercise_id in exercises.exercises():
+        default = brokers.get(exercises.get(exercise_id).broker).default_backend
+        assert batch.BatchConfig(exercise_id=exercise_id).backend == default
+    assert batch.BatchConfig(backend="redis-server").backend == "redis-server"
