@@ -4,6 +4,7 @@ entry's: in the full grading the corpus test reads too, tests/gradings.py); the
 rules the checks use (redelivery evidence, the quiet stop) on hand-made records."""
 from __future__ import annotations
 
+import itertools
 import time
 from types import SimpleNamespace
 
@@ -24,7 +25,7 @@ NAMES = {"immediate-endless-retries", "reread-own-pending-at-once", "constant-mi
          "dlq-entry-bare", "dlq-as-list", "key-kept-on-failure", "fabricated-dead-letter", "retry-in-line",
          "fixed-consumer-name", "bytes-fields", "xautoclaim-per-delivery", "deliveries-from-xpending",
          "not-before-schedule", "never-xacks",
-         "xclaim-justid-retrycount", "xautoclaim-for-show"}
+         "xclaim-justid-retrycount", "xautoclaim-for-show", "own-schedule-blocking-read"}
 ENTRIES = [e for e in corpus.entries() if e.name in NAMES]
 
 
@@ -71,8 +72,11 @@ def test_entry_gets_its_verdicts_for_steps_1_to_3(entry, backend, shared_grading
 ENTRY = b"1700000000000-1"
 
 
+_SEQ = itertools.count()     # the relay numbers commands in the order they come: here, the order they are made
+
+
 def _command(at: float, *args: bytes) -> Command:
-    return Command(seq=0, conn=1, at=at, args=args, truncated=False)
+    return Command(seq=next(_SEQ), conn=1, at=at, args=args, truncated=False)
 
 
 def _call(t: float, outcome: str) -> SimpleNamespace:
@@ -241,3 +245,62 @@ def test_looks_at_the_pending_list_are_xpending_ranges_holding_the_entry_and_cla
                                               b"1"), ENTRY) is None
     assert redelivery.look_threshold(_xclaim(0, 300), ENTRY) == 300
     assert redelivery.look_threshold(_read(0, b">"), ENTRY) is None
+
+
+def _block(at: float, ms: int) -> Command:
+    return _command(at, b"XREADGROUP", b"GROUP", b"workers", b"c", b"BLOCK", str(ms).encode(), b"STREAMS", b"orders",
+                    b">")
+
+
+def test_a_consumer_that_waits_its_own_schedule_in_a_blocking_read_is_judged_on_its_gaps():
+    """From the review: XPENDING IDLE 100 right after the failure, then XREADGROUP ... BLOCK until its own next
+    retry (200, then 400 ms), then XPENDING and XCLAIM 100. No look passed a due entry by, but the read did wait."""
+    calls = [_call(10.0, "error"), _call(10.21, "error"), _call(10.62, "ok")]
+    commands = [_read(9.99, b">"), _xpending(10.005, 100), _block(10.006, 190), _xpending(10.2, 100),
+                _xclaim(10.201, 100), _xpending(10.215, 100), _block(10.216, 390), _xpending(10.61, 100),
+                _xclaim(10.611, 100)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert (first.eager, second.eager) == (False, False)
+    assert redelivery.waits_grow(first, second)
+
+
+def test_a_consumer_that_claims_when_due_but_applies_on_its_own_schedule_is_judged_on_its_gaps():
+    """From the review: XAUTOCLAIM 150 takes the entry as soon as it is due; the consumer holds it until its
+    200/400 ms schedule before calling apply."""
+    calls = [_call(10.0, "error"), _call(10.2, "error"), _call(10.6, "ok")]
+    autoclaim = lambda at: _command(at, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"150", b"0-0")  # noqa: E731
+    commands = [_read(9.99, b">"), autoclaim(10.05), autoclaim(10.1), autoclaim(10.151),
+                autoclaim(10.25), autoclaim(10.3), autoclaim(10.351)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert not second.eager     # held 250 ms between its claim and its call
+    assert redelivery.waits_grow(first, second)
+
+
+def test_a_consumer_that_looks_only_as_its_wait_starts_and_sleeps_is_judged_on_its_gaps():
+    calls = [_call(10.0, "error"), _call(10.21, "error"), _call(10.62, "ok")]
+    commands = [_read(9.99, b">"), _xpending(10.005, 100), _xpending(10.2, 100), _xclaim(10.201, 100),
+                _xpending(10.215, 100), _xpending(10.61, 100), _xclaim(10.611, 100)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert (first.eager, second.eager) == (False, False)
+    assert redelivery.waits_grow(first, second)
+
+
+def test_only_an_xpending_just_before_the_claim_is_the_look_that_found_the_entry():
+    """An XPENDING long before the claim that found the entry due and passed it by is not taken for the trigger."""
+    calls = [_call(10.0, "error"), _call(10.23, "error"), _call(10.75, "ok")]
+    commands = [_read(9.99, b">"), _xpending(10.1, 200), _xpending(10.2, 200), _xclaim(10.201, 200),
+                _xpending(10.33, 200), _xpending(10.45, 200), _xclaim(10.74, 200)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert (first.eager, second.eager) == (True, False)
+
+
+def test_the_constant_consumer_polling_through_blocking_reads_is_still_claimed_when_due():
+    """constant-min-idle's own loop: XPENDING IDLE 200, XREADGROUP BLOCK 100, again; a late second claim."""
+    calls = [_call(10.0, "error"), _call(10.23, "error"), _call(10.62, "ok")]
+    commands = [_read(9.99, b">"), _xpending(10.005, 200), _block(10.006, 100), _xpending(10.11, 200),
+                _block(10.111, 100), _xpending(10.215, 200), _xclaim(10.216, 200),
+                _xpending(10.235, 200), _block(10.236, 100), _xpending(10.34, 200), _block(10.341, 100),
+                _xpending(10.6, 200), _xclaim(10.601, 200)]
+    first, second = redelivery.redeliveries(calls, commands, ENTRY)
+    assert (first.eager, second.eager) == (True, True)
+    assert not redelivery.waits_grow(first, second)

@@ -31,7 +31,7 @@ class Redelivery:
     at: float                       # Call.t of this call
     min_idle_ms: int | None         # of the claim that brought it back (None: no claim seen, or a re-read did)
     delivered_at: float | None = None     # Command.at of the last command that could have delivered it before
-    eager: bool = False             # claimed at its first look that could find it due (see claimed_when_due)
+    eager: bool = False             # claimed when due with min-idle_ms, polling toward it (claimed_when_due)
 
     @property
     def gap(self) -> float:
@@ -151,21 +151,38 @@ def _at_or_after(later: bytes, earlier: bytes) -> bool:
     return low is not None and high is not None and high >= low
 
 
-def claimed_when_due(commands, entry_id: bytes, start: float, failed_at: float, claim) -> bool:
-    """Whether the consumer took the entry back at its first look that could find it due, after earlier looks
-    that could not, all with the claim's own threshold: its wait is then that min-idle, whatever the gap.
+TRIGGER_GAP = 0.05          # seconds: an XPENDING this close before the claim is the look that found the entry
+
+
+def claimed_when_due(commands, entry_id: bytes, start: float, failed_at: float, claim, applied_at: float) -> bool:
+    """Whether the consumer took the entry back at its first look that could find it due, polling toward that
+    moment, all with the claim's own threshold m, and applied it at once: its wait was then m, whatever the gap.
 
     Looks are the consumer's commands between the failed call and the claim (look_threshold). The claim, and an
-    XPENDING just before it, are the look that took the entry. An earlier look with threshold t could not find it
-    due when sent under t after the entry's delivery (`start`); one sent t or more after the failed call surely
-    found it due, and passing it by shows a schedule of the consumer's own (between the two: not known). A
-    consumer that sleeps its wait out makes no earlier look, and is judged on its gaps."""
+    XPENDING with threshold m sent just before it, are the look that took the entry. Each earlier look could not
+    find it due: sent under m after the entry's delivery (`start`). One sent m or more after the failed call surely
+    found it due, and passing it by shows a schedule of the consumer's own (between the two: not known).
+    What a busy machine cannot make, and a consumer with a schedule of its own would: a claim with no earlier
+    look from half its min-idle on (a consumer that sleeps its wait out); a blocking read after the last earlier
+    look that runs past the due time by MIN_RETRY_GAP (one that waits in XREADGROUP ... BLOCK until its retry);
+    an entry held for MIN_RETRY_GAP or more between its claim and its call (claimed when due, applied later).
+    Those are judged on their gaps."""
     m = min_idle_ms(claim)
-    looks = [(c, look_threshold(c, entry_id)) for c in commands if failed_at < c.at < claim.at]
+    if m is None or applied_at - claim.at >= lab.MIN_RETRY_GAP:
+        return False
+    between = [c for c in commands if failed_at < c.at and c.seq < claim.seq]
+    looks = [(c, look_threshold(c, entry_id)) for c in between]
     looks = [(c, t) for c, t in looks if t is not None]
-    if looks and looks[-1][0].name == "XPENDING":
+    if looks and looks[-1][0].name == "XPENDING" and looks[-1][1] == m and claim.at - looks[-1][0].at < TRIGGER_GAP:
         looks.pop()
-    return bool(looks) and m is not None and all(t == m and c.at - start < t / 1000 for c, t in looks)
+    if not looks or any(t != m or c.at - start >= m / 1000 for c, t in looks):
+        return False
+    last = looks[-1][0]
+    if last.at - start < m / 2000:
+        return False
+    due = start + m / 1000
+    reads = [c for c in between if c.seq > last.seq and c.read_timeout is not None]
+    return not any(c.read_timeout == 0.0 or c.at + c.read_timeout >= due + lab.MIN_RETRY_GAP for c in reads)
 
 
 def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
@@ -180,7 +197,7 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
         # pending list (a claim sent for show before it took nothing)
         claim = back[-1] if back and is_claim(back[-1], entry_id) else None
         start = delivered[-1] if delivered else before.t
-        eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim)
+        eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim, call.t)
         found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim),
                                 delivered[-1] if delivered else None, eager))
     return found
