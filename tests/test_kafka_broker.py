@@ -562,3 +562,32 @@ def test_the_relay_refuses_connections_beyond_its_limit_and_closes_everything(ba
         assert not relay_threads()
         for sock in kept + [extra]:
             sock.close()
+
+
+def test_fetches_held_by_the_relay_bring_records_produced_to_several_partitions_in_one_poll(backend):
+    """run_durable produces a batch to each partition in turn; a fetch answered between two of them made a
+    poll return one partition only, so a commit of another partition's unhandled records showed by chance.
+    Held, the fetches at the broker are answered first and the next one brings every partition at once."""
+    from kafka import KafkaConsumer, TopicPartition
+    from retrylab.brokers.kafka.relay import KafkaRelay
+    with backend.private() as endpoint:
+        endpoint.create_topics({"callbacks": 3})
+        with KafkaRelay((endpoint.host, endpoint.port)) as relay:
+            consumer = KafkaConsumer(bootstrap_servers="%s:%d" % relay.address, auto_offset_reset="earliest",
+                                     enable_auto_commit=False, fetch_max_wait_ms=500)
+            try:
+                consumer.assign([TopicPartition("callbacks", p) for p in range(3)])
+                assert consumer.poll(timeout_ms=1500) == {}     # its fetches now wait at the broker
+                with relay.fetches_held() as drained:
+                    for partition in range(3):
+                        endpoint.produce("callbacks", [(b"k", b"v%d" % partition)], partition=partition)
+                        time.sleep(0.2)     # time enough for a waiting fetch to come back with one partition
+                assert drained
+                polled, deadline = {}, time.monotonic() + 10
+                while not polled and time.monotonic() < deadline:
+                    polled = consumer.poll(timeout_ms=500)
+                assert sorted(tp.partition for tp in polled) == [0, 1, 2]
+                fetches = [r for r in relay.requests() if r.api_key == 1]
+                assert fetches and all(r.seq for r in fetches)
+            finally:
+                consumer.close()

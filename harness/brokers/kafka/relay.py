@@ -16,10 +16,16 @@ recorded without its batches); at most `max_records` requests are kept (counters
 
 Two daemon threads per connection with blocking sockets, as in the Redis relay: a request is recorded
 before it is forwarded, so the record's order respects causality across connections.
+
+A check can hold the learner's Fetch requests for a moment (`fetches_held`): the fetches already at the broker
+are answered first, then records the harness produces meanwhile, to several partitions one after another,
+reach the learner together in the next fetch, as they would from a busier producer. Without it, which of them
+a poll returns together is a matter of timing.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import socket
 import struct
@@ -35,6 +41,9 @@ PARSE_BUDGET = 32 << 20         # ...while the frames read whole at once, over a
 MAX_FRAME = 100 << 20           # Kafka's own socket.request.max.bytes: a larger frame ends the connection
 _PENDING_CAP = 10_000           # requests per connection awaiting a response
 _CONNECT_TIMEOUT = 5.0
+FETCH = 1
+HOLD_LIMIT = 10.0               # seconds a Fetch is held at most, whatever the check does
+DRAIN_LIMIT = 2.0               # seconds fetches_held waits for the fetches at the broker to be answered
 _CLOSE_BUDGET = 0.8
 # requests that change the broker's state (what `shape` counts besides produced records and committed offsets)
 CHANGING = frozenset({11, 13, 14, 19, 20, 21, 22, 24, 25, 26, 28, 37, 42, 47})
@@ -83,8 +92,31 @@ class KafkaRelay:
         self._accepters: list[threading.Thread] = []
         self._closed = False
         self._held = 0          # bytes of frames being read whole, over all connections
+        self._fetches_held = False
+        self._fetch_gate = threading.Condition(self._lock)
         self.refused = 0
         self.connections = 0
+
+    @contextlib.contextmanager
+    def fetches_held(self, drain: float = DRAIN_LIMIT):
+        """Hold every Fetch request the learner sends (up to HOLD_LIMIT s each) until the block ends, after
+        waiting up to `drain` s for the Fetch requests already at the broker to be answered. Yields whether
+        they were: when not, a fetch still waiting there may return part of what is produced in the block."""
+        with self._fetch_gate:
+            self._fetches_held = True
+        try:
+            deadline = time.monotonic() + drain
+            while self._fetches_at_broker() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            yield not self._fetches_at_broker()
+        finally:
+            with self._fetch_gate:
+                self._fetches_held = False
+                self._fetch_gate.notify_all()
+
+    def _fetches_at_broker(self) -> bool:
+        with self._lock:
+            return any(r.api_key == FETCH for conn in self._conns.values() for r in conn.pending.values())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> KafkaRelay:
@@ -277,25 +309,29 @@ class KafkaRelay:
                 request.commits = tuple(wire.offset_commit_request(header, frame))
         except wire.Malformed:
             pass
-        self._record(conn, request, header.correlation_id)
+        with self._fetch_gate:
+            if header.api_key == FETCH:     # checked and recorded at once: fetches_held sees it at the broker
+                self._fetch_gate.wait_for(lambda: not self._fetches_held, timeout=HOLD_LIMIT)
+                request.at = time.time()
+            self._record(conn, request, header.correlation_id)
         return frame, size - len(frame)
 
     def _record(self, conn: _Conn, request: Request, correlation_id: int) -> None:
-        with self._lock:
-            self._seq += 1
-            request.seq = self._seq
-            if len(self._requests) < self.max_records:
-                self._requests.append(request)
-            for batch in request.produced:
-                if batch.records > 0:
-                    self._produced[(batch.topic, batch.partition)] += batch.records
-            for commit in request.commits:
-                self._committed[(commit.group, commit.topic, commit.partition)] = commit.offset
-            self._changes += request.api_key in CHANGING
-            if request.acks != 0:   # acks=0: the broker sends no response
-                conn.pending[correlation_id] = request
-                if len(conn.pending) > _PENDING_CAP:
-                    conn.pending.popitem(last=False)
+        """Called with self._lock held."""
+        self._seq += 1
+        request.seq = self._seq
+        if len(self._requests) < self.max_records:
+            self._requests.append(request)
+        for batch in request.produced:
+            if batch.records > 0:
+                self._produced[(batch.topic, batch.partition)] += batch.records
+        for commit in request.commits:
+            self._committed[(commit.group, commit.topic, commit.partition)] = commit.offset
+        self._changes += request.api_key in CHANGING
+        if request.acks != 0:   # acks=0: the broker sends no response
+            conn.pending[correlation_id] = request
+            if len(conn.pending) > _PENDING_CAP:
+                conn.pending.popitem(last=False)
 
     def _on_response(self, conn: _Conn, size: int, src: socket.socket):
         head = _read_exact(src, 4)
