@@ -88,6 +88,14 @@ def test_a_claim_is_an_xclaim_naming_the_entry_or_any_xautoclaim_on_orders():
     assert not redelivery.is_claim(_command(0, b"XCLAIM", b"orders", b"workers", b"c", b"200", b"1-1"), ENTRY)
     assert redelivery.is_claim(_command(0, b"xautoclaim", b"orders", b"workers", b"c", b"400", b"0-0"), ENTRY)
     assert not redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"other", b"workers", b"c", b"400", b"0-0"), ENTRY)
+    # an XAUTOCLAIM that starts past the entry cannot take it (wrong/xautoclaim-for-show's, from 9999999999999-0)
+    assert not redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400",
+                                            b"9999999999999-0"), ENTRY)
+    assert not redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400",
+                                            b"1700000000000-2"), ENTRY)
+    assert redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400", b"-"), ENTRY)
+    assert redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400", ENTRY), ENTRY)
+    assert not redelivery.is_claim(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400"), ENTRY)
     assert redelivery.min_idle_ms(_command(0, b"XAUTOCLAIM", b"orders", b"workers", b"c", b"400", b"0-0")) == 400
     assert redelivery.min_idle_ms(_command(0, b"XCLAIM", b"orders", b"workers", b"c", b"soon", ENTRY)) is None
     assert redelivery.min_idle_ms(_command(0, b"XCLAIM", b"orders")) is None

@@ -3,7 +3,7 @@ the relay's command record (Command.at, the same clock): steps 2 and 3's evidenc
 
 A redelivery is a call of effects.apply for an order that follows a failed call for it. A claim of the entry
 is XCLAIM orders workers <consumer> <min-idle-ms> ... naming the entry's id, or XAUTOCLAIM orders workers
-<consumer> <min-idle-ms> <start> ... (which names no id: any on `orders` counts).
+<consumer> <min-idle-ms> <start> ... whose start is at or before the entry's id.
 
 A gap between two calls is not the entry's idle time: a consumer that reads a batch calls apply for the
 flaky entry some time after it was delivered, and on a busy machine the call reaches the harness later still.
@@ -80,10 +80,13 @@ def gives_back(command, entry_id: bytes, reader: bytes | None = None) -> bool:
 
 
 def is_claim(command, entry_id: bytes) -> bool:
-    """An XCLAIM of `entry_id`, or any XAUTOCLAIM, on the lab's stream."""
+    """An XCLAIM of `entry_id`, or an XAUTOCLAIM whose start is at or before it, on the lab's stream (one that
+    starts past the entry cannot take it: a claim sent for show, or the next page of a scan)."""
     if command.name not in CLAIMS or _key(command) != lab.STREAM.encode():
         return False
-    return command.name == "XAUTOCLAIM" or entry_id in command.args[5:]
+    if command.name == "XAUTOCLAIM":
+        return len(command.args) > 5 and _at_or_after(entry_id, command.args[5])
+    return entry_id in command.args[5:]
 
 
 def min_idle_ms(command) -> int | None:
