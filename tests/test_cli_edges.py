@@ -80,7 +80,9 @@ def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backe
     assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     results = json.loads(out)
     assert results["status"] == "error" and "interrupted" in results["message"]
-    assert not any("harness defect" in t["message"] for t in results["tests"])
+    # steps that ended before the signal keep their verdict (Exercism gives a passed test no message)
+    assert not any("harness defect" in t.get("message", "") for t in results["tests"])
+    assert all(t["status"] == "pass" or "message" in t for t in results["tests"])
     assert not list(private_tmp.glob("retrylab-run-*")), "a temporary copy of the submission was left"
     time.sleep(0.5)
     assert not [pid for pid in started if alive(pid)], "a process of the grading outlived it"
