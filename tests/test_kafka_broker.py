@@ -569,6 +569,7 @@ def test_fetches_held_by_the_relay_bring_records_produced_to_several_partitions_
     poll return one partition only, so a commit of another partition's unhandled records showed by chance.
     Held, the fetches at the broker are answered first and the next one brings every partition at once."""
     from kafka import KafkaConsumer, TopicPartition
+    from retrylab.brokers.kafka import wire
     from retrylab.brokers.kafka.relay import KafkaRelay
     with backend.private() as endpoint:
         endpoint.create_topics({"callbacks": 3})
@@ -587,7 +588,7 @@ def test_fetches_held_by_the_relay_bring_records_produced_to_several_partitions_
                 while not polled and time.monotonic() < deadline:
                     polled = consumer.poll(timeout_ms=500)
                 assert sorted(tp.partition for tp in polled) == [0, 1, 2]
-                fetches = [r for r in relay.requests() if r.api_key == 1]
+                fetches = [r for r in relay.requests() if r.api_key == wire.FETCH]
                 assert fetches and all(r.seq for r in fetches)
             finally:
                 consumer.close()

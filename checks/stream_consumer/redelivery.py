@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retrylab.checks.stream_consumer import lab
-
-CLAIMS = ("XCLAIM", "XAUTOCLAIM")
+from retrylab.checks.stream_consumer import lab, streams
 
 
 @dataclass(frozen=True)
@@ -79,14 +77,22 @@ def gives_back(command, entry_id: bytes, reader: bytes | None = None) -> bool:
     return any(key == lab.STREAM.encode() and i != b">" for key, i in read_from(command))
 
 
+def _autoclaim(command) -> bool:
+    """An XAUTOCLAIM on the lab's stream that names its start."""
+    return command.name == "XAUTOCLAIM" and _key(command) == lab.STREAM.encode() and len(command.args) > 5
+
+
 def is_claim(command, entry_id: bytes) -> bool:
     """An XCLAIM of `entry_id`, or an XAUTOCLAIM whose start is at or before it, on the lab's stream (one that
     starts past the entry cannot take it: a claim sent for show, or the next page of a scan)."""
-    if command.name not in CLAIMS or _key(command) != lab.STREAM.encode():
-        return False
-    if command.name == "XAUTOCLAIM":
-        return len(command.args) > 5 and _at_or_after(entry_id, command.args[5])
-    return entry_id in command.args[5:]
+    if _autoclaim(command):
+        return _at_or_after(entry_id, command.args[5])
+    return command.name == "XCLAIM" and _key(command) == lab.STREAM.encode() and entry_id in command.args[5:]
+
+
+def autoclaims_past(commands, entry_id: bytes, start: float, end: float) -> list:
+    """The XAUTOCLAIMs on the lab's stream between `start` and `end` that start past the entry: none can take it."""
+    return [c for c in commands if start <= c.at <= end and _autoclaim(c) and not is_claim(c, entry_id)]
 
 
 def min_idle_ms(command) -> int | None:
@@ -137,20 +143,10 @@ def look_threshold(command, entry_id: bytes) -> int | None:
     return threshold
 
 
-def _stream_id(value: bytes, bound: tuple[int, int]) -> tuple[int, int] | None:
-    if value in (b"-", b"+"):
-        return bound
-    ms, _, seq = value.lstrip(b"(").partition(b"-")
-    try:
-        return int(ms), int(seq) if seq else bound[1]
-    except ValueError:
-        return None
-
-
 def _at_or_after(later: bytes, earlier: bytes) -> bool:
     """Whether id (or range bound) `later` is at or after `earlier` ("-" and "+" the ends; "(" ignored: a bound
     that excludes the entry itself still counts, so a look is never missed)."""
-    low, high = _stream_id(earlier, (0, 0)), _stream_id(later, (2 ** 64, 2 ** 64))
+    low, high = streams.id_order(earlier, (0, 0)), streams.id_order(later, (2 ** 64, 2 ** 64))
     return low is not None and high is not None and high >= low
 
 
@@ -199,10 +195,10 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
         # the min-idle of the claim that gave it back; none when the last thing that could was a re-read of a
         # pending list (a claim sent for show before it took nothing)
         claim = back[-1] if back and is_claim(back[-1], entry_id) else None
-        start = delivered[-1] if delivered else before.t
+        delivered_at = delivered[-1] if delivered else None
+        start = before.t if delivered_at is None else delivered_at
         eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim, call.t)
-        found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim),
-                                delivered[-1] if delivered else None, eager))
+        found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim), delivered_at, eager))
     return found
 
 

@@ -123,14 +123,22 @@ def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> 
                       consumers=after["consumers"])
 
 
-def _id_after(entry_id: bytes, last: bytes) -> bool:
-    def parts(i: bytes) -> tuple[int, int]:
-        ms, _, seq = i.partition(b"-")
-        return int(ms), int(seq or 0)
+def id_order(value: bytes, bound: tuple[int, int] = (0, 0)) -> tuple[int, int] | None:
+    """A stream id, or a range bound as commands take them, as (ms, seq) for comparing: "-" and "+" are `bound`
+    (the caller's end), a missing seq is bound's, a leading "(" (exclusive) is ignored; None when it is no id."""
+    if value in (b"-", b"+"):
+        return bound
+    ms, _, seq = value.lstrip(b"(").partition(b"-")
     try:
-        return parts(entry_id) > parts(last)
-    except ValueError:              # an id Redis would not give: count it, as the range did
-        return True
+        return int(ms), int(seq) if seq else bound[1]
+    except ValueError:
+        return None
+
+
+def _id_after(entry_id: bytes, last: bytes) -> bool:
+    entry, delivered = id_order(entry_id), id_order(last)
+    # an id Redis would not give: count it, as the range did
+    return entry is None or delivered is None or entry > delivered
 
 
 def pending(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> list[Pending]:

@@ -64,8 +64,7 @@ def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, 
             fail(tr("step2.immediate", id=order_id, n=number, gap_ms=_ms(redelivered.gap),
                     min_ms=_ms(lab.MIN_RETRY_GAP)))
     if not redelivery.claims_between(run.commands, entry_id, calls[0].t, calls[-1].t):
-        past = [c for c in run.commands if calls[0].t <= c.at <= calls[-1].t and c.name == "XAUTOCLAIM"
-                and c.args[1:2] == (lab.STREAM.encode(),) and len(c.args) > 5]
+        past = redelivery.autoclaims_past(run.commands, entry_id, calls[0].t, calls[-1].t)
         if past:    # XAUTOCLAIMs were sent, each from past the entry: none could take it
             fail(tr("step2.claim_past_entry", id=order_id, stream=lab.STREAM, entry=entry_id.decode(),
                     start=streams.text(past[0].args[5])))

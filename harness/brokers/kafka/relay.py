@@ -41,7 +41,6 @@ PARSE_BUDGET = 32 << 20         # ...while the frames read whole at once, over a
 MAX_FRAME = 100 << 20           # Kafka's own socket.request.max.bytes: a larger frame ends the connection
 _PENDING_CAP = 10_000           # requests per connection awaiting a response
 _CONNECT_TIMEOUT = 5.0
-FETCH = 1
 HOLD_LIMIT = 10.0               # seconds a Fetch is held at most, whatever the check does
 DRAIN_LIMIT = 2.0               # seconds fetches_held waits for the fetches at the broker to be answered
 _CLOSE_BUDGET = 0.8
@@ -116,7 +115,7 @@ class KafkaRelay:
 
     def _fetches_at_broker(self) -> bool:
         with self._lock:
-            return any(r.api_key == FETCH for conn in self._conns.values() for r in conn.pending.values())
+            return any(r.api_key == wire.FETCH for conn in self._conns.values() for r in conn.pending.values())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> KafkaRelay:
@@ -310,7 +309,7 @@ class KafkaRelay:
         except wire.Malformed:
             pass
         with self._fetch_gate:
-            if header.api_key == FETCH:     # checked and recorded at once: fetches_held sees it at the broker
+            if header.api_key == wire.FETCH:     # checked and recorded at once: fetches_held sees it at the broker
                 self._fetch_gate.wait_for(lambda: not self._fetches_held, timeout=HOLD_LIMIT)
                 request.at = time.time()
             self._record(conn, request, header.correlation_id)

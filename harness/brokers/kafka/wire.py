@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 
 PRODUCE, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CLUSTER = 0, 3, 8, 10, 18, 60
+FETCH = 1   # never parsed: the relay only holds it (KafkaRelay.fetches_held)
 # the only APIs whose bodies the relay reads (a request header's client id comes before its tagged fields)
 _FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, OFFSET_COMMIT: 8, FIND_COORDINATOR: 3, DESCRIBE_CLUSTER: 0}
 REWRITTEN = (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER)   # responses that name broker addresses
