@@ -318,3 +318,33 @@ def test_a_group_that_keeps_moving_is_counted_no_higher_than_its_lag(client):
     state = streams.group(_AcksDuringTheRange(client, moves=3, times=streams.SNAPSHOT_TRIES))
     true_lag = len(client.xrange("orders", b"(" + state.last_delivered, "+")) + client.xpending("orders", "workers")["pending"]
     assert state.lag == true_lag == 40 - 2 - 3 * streams.SNAPSHOT_TRIES
+
+
+class _TurnedIntoAHash:
+    """A client on which a learner's script makes `orders` a hash right after the harness's TYPE said stream:
+    what hostile/orders-wrong-type does every 50 ms while a step runs."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def type(self, key):
+        kind = self.client.type(key)
+        if key == "orders":
+            self.client.delete("orders")
+            self.client.hset("orders", "order_id", "not a stream")
+        return kind
+
+
+def test_a_stream_turned_into_a_hash_while_it_is_read_has_no_group_and_no_entries(client):
+    """Fresh-clone CI (redis-server, under load) ended stream-consumer's step 4 in a harness error: WRONGTYPE
+    from the XRANGE that followed a TYPE saying stream. The learner broke the stream: the readers say there is
+    none, and the step fails on that."""
+    from retrylab.checks.stream_consumer import streams
+    _orders_with_lag(client, added=5, read=2, acked=1)
+    assert streams.group(_TurnedIntoAHash(client)) is None
+    client.delete("orders")
+    _orders_with_lag(client, added=5, read=2, acked=1)
+    assert streams.entries(_TurnedIntoAHash(client), "orders") == []

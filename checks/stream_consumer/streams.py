@@ -71,8 +71,12 @@ def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: i
     """The stream's first `count` entries from `start` ([] when the key is missing or not a stream)."""
     if key_type(client, key) != "stream":
         return []
+    try:
+        read = client.xrange(key, start, "+", count=count)
+    except redis.ResponseError:     # the key changed type since TYPE (a learner's script is still running)
+        return []
     found = []
-    for entry_id, fields in client.xrange(key, start, "+", count=count):
+    for entry_id, fields in read:
         fields = fields or {}
         found.append(Entry(entry_id, {k: v[:MAX_FIELD_BYTES] for k, v in list(fields.items())[:64]}))
     return found
@@ -112,7 +116,10 @@ def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> 
         before = after
         if before is None:
             return None
-        past = [i for i, _ in client.xrange(key, b"(" + before["last"], "+", count=MAX_ENTRIES)]
+        try:
+            past = [i for i, _ in client.xrange(key, b"(" + before["last"], "+", count=MAX_ENTRIES)]
+        except redis.ResponseError:     # as in _group_info: the key is no longer a stream
+            return None
         after = _group_info(client, key, name)
         if after is None:
             return None
