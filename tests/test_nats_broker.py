@@ -586,8 +586,8 @@ def test_what_a_learner_sent_before_closing_is_all_recorded_when_asked(endpoint)
         live = _raw_client(proxy.address)    # one still open is not waited for
         try:
             began = time.monotonic()
-            proxy.drain_closed()
-            assert time.monotonic() - began < 0.5
+            proxy.drain_closed(timeout=30)
+            assert time.monotonic() - began < 15     # waiting for it would take the whole 30 s
         finally:
             live.close()
 
