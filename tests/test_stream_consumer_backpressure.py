@@ -321,30 +321,35 @@ def test_a_group_that_keeps_moving_is_counted_no_higher_than_its_lag(client):
 
 
 class _TurnedIntoAHash:
-    """A client on which a learner's script makes `orders` a hash right after the harness's TYPE said stream:
-    what hostile/orders-wrong-type does every 50 ms while a step runs."""
+    """A client on which a learner's script makes `orders` a hash just before the harness's `nth` command (1:
+    the first): what hostile/orders-wrong-type does every 50 ms while a step runs."""
 
-    def __init__(self, client):
-        self.client = client
+    def __init__(self, client, nth: int):
+        self.client, self.left = client, nth
 
     def __getattr__(self, name):
-        return getattr(self.client, name)
+        command = getattr(self.client, name)
 
-    def type(self, key):
-        kind = self.client.type(key)
-        if key == "orders":
-            self.client.delete("orders")
-            self.client.hset("orders", "order_id", "not a stream")
-        return kind
+        def sent(*args, **kwargs):
+            self.left -= 1
+            if self.left == 0:
+                self.client.delete("orders")
+                self.client.hset("orders", "order_id", "not a stream")
+            return command(*args, **kwargs)
+        return sent
 
 
 def test_a_stream_turned_into_a_hash_while_it_is_read_has_no_group_and_no_entries(client):
     """Fresh-clone CI (redis-server, under load) ended stream-consumer's step 4 in a harness error: WRONGTYPE
-    from the XRANGE that followed a TYPE saying stream. The learner broke the stream: the readers say there is
-    none, and the step fails on that."""
+    from the XRANGE that followed a command saying stream. The learner broke the stream: the readers say there
+    is none, and the step fails on that."""
     from retrylab.checks.stream_consumer import streams
     _orders_with_lag(client, added=5, read=2, acked=1)
-    assert streams.group(_TurnedIntoAHash(client)) is None
+    assert streams.group(_TurnedIntoAHash(client, nth=2)) is None      # after XINFO GROUPS, before XRANGE
     client.delete("orders")
     _orders_with_lag(client, added=5, read=2, acked=1)
-    assert streams.entries(_TurnedIntoAHash(client), "orders") == []
+    assert streams.group(_TurnedIntoAHash(client, nth=3)) is None      # after XRANGE, before XINFO again
+    client.delete("orders")
+    _orders_with_lag(client, added=5, read=2, acked=1)
+    assert streams.entries(_TurnedIntoAHash(client, nth=1), "orders") == []
+    assert streams.group(client) is None and streams.entries(client, "orders") == []    # a hash all along

@@ -67,16 +67,20 @@ def length(client: redis.Redis, key: str = lab.STREAM) -> int | None:
         return None
 
 
+def _xrange(client: redis.Redis, key: str, start: bytes | str, count: int) -> list | None:
+    """XRANGE from `start`: [] for a missing key, None when the key is not a stream. No TYPE before it: a
+    learner's script still running may change the key's type between two commands, so the one that reads
+    is the one that says."""
+    try:
+        return client.xrange(key, start, "+", count=count)
+    except redis.ResponseError:     # WRONGTYPE
+        return None
+
+
 def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: int = MAX_ENTRIES) -> list[Entry]:
     """The stream's first `count` entries from `start` ([] when the key is missing or not a stream)."""
-    if key_type(client, key) != "stream":
-        return []
-    try:
-        read = client.xrange(key, start, "+", count=count)
-    except redis.ResponseError:     # the key changed type since TYPE (a learner's script is still running)
-        return []
     found = []
-    for entry_id, fields in read:
+    for entry_id, fields in _xrange(client, key, start, count) or []:
         fields = fields or {}
         found.append(Entry(entry_id, {k: v[:MAX_FIELD_BYTES] for k, v in list(fields.items())[:64]}))
     return found
@@ -88,7 +92,7 @@ SNAPSHOT_TRIES = 4          # reads of a group's state before one that moved whi
 def _group_info(client: redis.Redis, key: str, name: str) -> dict | None:
     try:
         infos = client.xinfo_groups(key)
-    except redis.ResponseError:     # the key changed type since TYPE (a learner's script is still running)
+    except redis.ResponseError:     # no such key, or not a stream (WRONGTYPE)
         return None
     for info in infos:
         info = {(k.decode() if isinstance(k, bytes) else k): v for k, v in info.items()}
@@ -109,23 +113,20 @@ def group(client: redis.Redis, key: str = lab.STREAM, name: str = lab.GROUP) -> 
     is taken when XINFO GROUPS reads the same (last-delivered-id, pending) after the range as before it: no
     entry was delivered or acknowledged meanwhile. A group that keeps moving is counted from the later read,
     which can only miss entries added meanwhile: a lag no higher than the group's."""
-    if key_type(client, key) != "stream":
-        return None
     after = _group_info(client, key, name)
     for _ in range(SNAPSHOT_TRIES):
         before = after
         if before is None:
             return None
-        try:
-            past = [i for i, _ in client.xrange(key, b"(" + before["last"], "+", count=MAX_ENTRIES)]
-        except redis.ResponseError:     # as in _group_info: the key is no longer a stream
+        past = _xrange(client, key, b"(" + before["last"], MAX_ENTRIES)
+        if past is None:
             return None
         after = _group_info(client, key, name)
         if after is None:
             return None
         if (after["last"], after["pending"]) == (before["last"], before["pending"]):
             break
-    undelivered = sum(1 for i in past if _id_after(i, after["last"]))
+    undelivered = sum(1 for i, _ in past if _id_after(i, after["last"]))
     return GroupState(pending=after["pending"], last_delivered=after["last"], undelivered=undelivered,
                       consumers=after["consumers"])
 
