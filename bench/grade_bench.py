@@ -168,17 +168,18 @@ def make_batch(root: Path, count: int) -> dict:
 
 
 def batch_throughput(count: int) -> list[str]:
-    lines = ["| gradings | jobs | submissions | wall s | submissions/min | speed-up | CPU s per submission | cores busy "
-             "| verdicts as expected | load (1 min) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| gradings | jobs | submissions | wall s | submissions/min | speed-up | speed-up ceiling "
+             "| CPU s per submission | cores busy | verdicts as expected | load (1 min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     slugs = {s.number: s.slug for s in MEASURED.exercise.steps}
     with tempfile.TemporaryDirectory(prefix="retrylab-bench-") as tmp:
         made = make_batch(Path(tmp) / "submissions", count)
         kinds = sum(e.kind == "correct" for e in made.values())
-        base = None
+        base = base_busy = None
         for mode, jobs in itertools.product(("warm", "cold"), (1, 2)):
-            base = None if jobs == 1 else base   # the speed-up is over the same kind of gradings at --jobs 1
+            # the speed-up is over the same kind of gradings at --jobs 1
+            base, base_busy = (None, None) if jobs == 1 else (base, base_busy)
             out = Path(tmp) / f"gradebook-{mode}-{jobs}.csv"
             before, cpu = load(), children_cpu()
             seconds = wall(MEASURED.command("grade-batch", str(Path(tmp) / "submissions"), "--jobs", str(jobs),
@@ -195,18 +196,29 @@ def batch_throughput(count: int) -> list[str]:
                     notes.append(f"- {mode}, jobs {jobs}: {name}: expected {entry.expect}, got {got} "
                                  f"({rows.get(name, {}).get('reason', 'no row')})")
             rate = count / seconds * 60
-            base = base or rate
+            base, base_busy = base or rate, base_busy or cpu / seconds
+            ceiling = "-" if jobs == 1 else f"{speed_up_ceiling(jobs, base_busy):.2f}x"
             target = "" if jobs == 1 else (" (target 1.8x: met)" if rate / base >= 1.8 else " (target 1.8x: missed)")
             per_minute = f"{rate:.1f}" + ("" if (mode, jobs) != ("warm", 2) else
                                           " (target 70: met)" if rate >= 70 else " (target 70: missed)")
             lines.append(f"| {mode} | {jobs} | {count} ({kinds} correct) | {seconds:.1f} | {per_minute} | "
-                         f"{rate / base:.2f}x{target} | {cpu / count:.2f} | {cpu / seconds:.2f} | {agree}/{count} "
+                         f"{rate / base:.2f}x{target} | {ceiling} | {cpu / count:.2f} | {cpu / seconds:.2f} | "
+                         f"{agree}/{count} "
                          f"| {before} -> {load()} |")
     lines += ["", "CPU s: user+system time of every process of the batch (graders, learner templates and scripts, "
               "servers; those it left to end by themselves too: the bench is their reaper). "
               f"Cores busy = CPU s / wall s ({os.cpu_count()} is all of this machine; what other programs "
-              "use is not counted, the load average shows it)."]
+              "use is not counted, the load average shows it). Speed-up ceiling: the most --jobs N could give over "
+              "--jobs 1 here, min(N, cores) / (cores busy at --jobs 1): one grading at a time already keeps more "
+              "than one core busy (its learner processes and servers run beside the grading process, and its "
+              "early runs beside its steps), and N gradings cannot use more cores than there are."]
     return lines + ([""] + notes if notes else [])
+
+
+def speed_up_ceiling(jobs: int, busy_at_one_job: float) -> float:
+    """The largest speed-up of --jobs `jobs` over --jobs 1 this machine allows, were every core kept busy and
+    each submission to cost the CPU it cost at --jobs 1 (issue 15: on 2 cores, 2 / 1.17 = 1.71)."""
+    return min(jobs, os.cpu_count() or 1) / busy_at_one_job
 
 
 # -- 3. where the time goes -------------------------------------------------------------------------
@@ -323,6 +335,35 @@ def bytecode_state() -> str:
     return f"the harness's modules have no cached bytecode{why}: each grading compiles them"
 
 
+def yardstick() -> str:
+    """How fast this machine runs plain Python, so that figures from two machines can be compared: the same
+    code measured 0.74 s a grading on one 2-core machine of this project and 1.03 s on another."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return f"a 10-million-step Python loop takes {best:.2f} s here (best of 3)"
+
+
+def scratch_state() -> str:
+    """Where the gradings' temporary folders go (TMPDIR, else /tmp) and on what filesystem: every learner run
+    works in a fresh copy of the submission, so a grading creates and removes a few hundred files, and on a disk
+    filesystem that costs CPU (README, "How fast": about a tenth of a batch's CPU on this project's machines, whose
+    ext4 has no journal and skips every inode removed in the last 30 s when it makes a file)."""
+    folder = os.path.realpath(tempfile.gettempdir())
+    kind, best = "unknown", ""
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            point = fields[1].replace("\\040", " ")
+            if (folder == point or folder.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                kind, best = fields[2], point
+    return f"temporary folders in {folder} ({kind})"
+
+
 def wait_for_load(limit: float, patience: float = 600) -> None:
     end = time.monotonic() + patience
     while os.getloadavg()[0] > limit and time.monotonic() < end:
@@ -346,7 +387,8 @@ def main() -> None:
     if args.wait_load:
         wait_for_load(args.wait_load)
     print(f"# retrylab grading benchmark: {MEASURED.id}\n\n{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-          f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {bytecode_state()}\n")
+          f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {bytecode_state()}; "
+          f"{scratch_state()}; {yardstick()}\n")
     print("## One grading of the reference solution (`retrylab check solution --format exercism`)\n")
     table, medians = single_grades(args.runs)
     print("\n".join(table) + "\n", flush=True)
