@@ -97,13 +97,21 @@ def test_xinfo_groups_lag_is_none_alike_where_redis_cannot_tell(backend):
     assert streams.group(client).undelivered == 1
 
 
+def _as_dict(reply) -> dict:
+    """A map reply as a dict with str keys, whether it came as a map or as a flat list of pairs."""
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in items}
+
+
 def test_xinfo_stream_full_has_no_pel_count_on_fakeredis(backend):
     """fakeredis's XINFO STREAM FULL lists a group without its pel-count, PEL and consumer list (a
-    learner's lag.py reading them fails on fake alone); the checks read XINFO GROUPS and XPENDING."""
+    learner's lag.py reading them fails on fake alone: redis-py 8.2's xinfo_stream(full=True) even raises
+    TypeError parsing that group); the checks read XINFO GROUPS and XPENDING. The reply is read unparsed,
+    so what is pinned is the server's answer, not one redis-py version's reading of it."""
     name, client = backend
     orders(client, 3)
     client.xreadgroup(lab.GROUP, "c1", {lab.STREAM: ">"}, count=2)
-    group = client.xinfo_stream(lab.STREAM, full=True)["groups"][0]
+    group = _as_dict(_as_dict(client.execute_command("XINFO", "STREAM", lab.STREAM, "FULL"))["groups"][0])
     if name == "real":
         assert group["pel-count"] == 2 and len(group["pending"]) == 2 and len(group["consumers"]) == 1
     else:
