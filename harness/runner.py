@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import importlib
 import threading
 import time
@@ -224,7 +225,7 @@ class LearnerRunner:
         # The step's alarm waits for the whole run, setup and cleanup included: one raised while the
         # copy of the submission is being removed would leave the rest of it behind. The run itself
         # is bounded by what is left of the step (`timeout` above), so the step still ends in time.
-        with self.clock.shielded() if self.clock else contextlib.nullcontext(), \
+        with self.clock.shielded() if self.clock else contextlib.nullcontext(), _heap_frozen(), \
                 Sandbox(self.submission, self.limits, learner_imports=self.learner_imports,
                         warm_imports=self.warm_imports) as sandbox, \
                 endpoint.link(sandbox, run_clock) as link, \
@@ -275,6 +276,38 @@ class LearnerRunner:
         if self.clock and timing.cut:
             self.clock.cut(i18n.label("run.cut", script=script))
         return dataclasses.replace(done, timing=timing, starved=_starved(done, runnable))
+
+
+_frozen_by_runs = [0]           # runs going on that froze the heap (runs beside a step overlap it)
+_frozen_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _heap_frozen():
+    """While learner runs go on, the collector leaves the objects the grading process had before them alone.
+
+    The relay, the application channel and an embedded broker are threads of this process: a full collection
+    holds them all while it walks the heap, and the learner's commands and calls wait. Its length grows with the
+    heap: tens of milliseconds in a CLI grading, a hundred and more in a test worker that has graded many
+    submissions. Step 2 of a lab compares retry waits with a margin of 100 ms, so such a pause in one wait and
+    not the other fails a correct consumer. Frozen (gc.freeze), the old heap is skipped; what the runs allocate
+    is still collected. It is unfrozen when the last run ends, unless the process had frozen objects of its own
+    before (a host that manages its collector that way keeps its choice)."""
+    with _frozen_lock:
+        # counted: this run froze the heap or joins runs that did; not where the process froze objects itself
+        counted = _frozen_by_runs[0] > 0 or gc.get_freeze_count() == 0
+        if counted:
+            if _frozen_by_runs[0] == 0:
+                gc.freeze()
+            _frozen_by_runs[0] += 1
+    try:
+        yield
+    finally:
+        if counted:
+            with _frozen_lock:
+                _frozen_by_runs[0] -= 1
+                if _frozen_by_runs[0] == 0:
+                    gc.unfreeze()
 
 
 # Seconds between two looks at a running script (its broker's state, its calls, its stop condition). On

@@ -1,0 +1,79 @@
+"""While learner runs go on, the collector leaves the grading process's older objects alone (runner._heap_frozen):
+a full collection would hold the relay, the application channel and an embedded broker, all threads of this
+process, for as long as it walks the heap, and stretch the learner's waits that steps compare."""
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from retrylab import runner
+from retrylab.brokers.redis.backends import make_backend
+from retrylab.runner import LearnerRunner
+from retrylab.settle import StopCondition
+
+
+@pytest.fixture(autouse=True)
+def _no_frozen_heap_around():
+    gc.unfreeze()       # a test before may have left nothing frozen, or something: start from nothing
+    yield
+    gc.unfreeze()
+
+
+class _NotesFrozen(StopCondition):
+    """Never stops a run; notes how many objects were frozen at each look."""
+
+    def __init__(self):
+        self.seen: list[int] = []
+
+    def check(self, progress):
+        self.seen.append(gc.get_freeze_count())
+        return None
+
+
+def test_a_run_freezes_the_older_heap_while_it_goes_on_and_unfreezes_it_after(tmp_path):
+    (tmp_path / "worker.py").write_text("import time, redis\nredis.Redis().set('k', 'v')\ntime.sleep(0.3)\n")
+    ballast = [[i] for i in range(50_000)]     # tracked objects the grading had before the run
+    backend = make_backend("fake")
+    backend.start()
+    try:
+        with backend.private() as endpoint:
+            looks = _NotesFrozen()
+            run = LearnerRunner(tmp_path).run("worker.py", endpoint, timeout=20, stop_when=looks)
+    finally:
+        backend.stop()
+    assert run.result.reason == "exited", run.result.describe()
+    assert looks.seen and min(looks.seen) >= len(ballast)
+    assert gc.get_freeze_count() == 0
+
+
+def test_overlapping_runs_keep_it_frozen_until_the_last_one_ends():
+    first, second = runner._heap_frozen(), runner._heap_frozen()
+    first.__enter__()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    done = threading.Event()
+
+    def beside():
+        with runner._heap_frozen():
+            done.wait(5)
+
+    thread = threading.Thread(target=beside)
+    thread.start()
+    first.__exit__(None, None, None)        # the step's run ends; the one beside it goes on
+    assert gc.get_freeze_count() >= frozen
+    done.set()
+    thread.join()
+    assert gc.get_freeze_count() == 0
+    with second:                            # and the next run freezes again
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_itself_keeps_them_frozen():
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with runner._heap_frozen():
+        pass
+    assert gc.get_freeze_count() >= frozen > 0
