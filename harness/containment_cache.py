@@ -4,10 +4,10 @@ measure it again.
 Measuring starts a learner process in each way the machine might allow (about half a second), and a
 learner re-runs the grader every minute. The measurement is kept in the user's cache folder
 (`$XDG_CACHE_HOME/retrylab`, else `~/.cache/retrylab`) for CACHE_SECONDS, under a key made of
-everything it depends on: the harness version, the interpreter, the user, the learner client libraries
-(and where they are installed), RETRYLAB_NAMESPACES, the bubblewrap executable, the kernel and this
-boot, the user-namespace settings, and the cgroup the grader runs in. Any of those changing is another
-key, so another measurement.
+everything it depends on: the harness version and its modules that carry a run out, the interpreter,
+the user, the learner client libraries (and where they are installed), RETRYLAB_NAMESPACES, the
+bubblewrap executable, the kernel and this boot, the user-namespace settings, and the cgroup the grader
+runs in. Any of those changing is another key, so another measurement.
 
 A cached answer is believed only from a folder and a file that this user owns and no one else may write
 (learner code never runs as this user with that folder visible: it runs as another uid, or in
@@ -58,6 +58,13 @@ def folder() -> Path:
     return Path(base) / "retrylab"
 
 
+# The harness's modules that carry a learner process out, whose answer is measured: an edited one (a working
+# copy of the harness, its version unchanged) is measured again instead of believed from the old code's answer.
+_HERE = Path(__file__).resolve().parent
+_MEASURING_CODE = ("containment.py", "sandbox.py", "supervisor.py", "confine.py", "mountplan.py", "procfs.py",
+                   "cgroups.py", "learner_template.py", "warmstart.py")
+
+
 def key(learner_imports: tuple[str, ...]) -> str:
     """A digest of everything the measurement depends on."""
     bwrap = shutil.which("bwrap") or ""
@@ -67,6 +74,7 @@ def key(learner_imports: tuple[str, ...]) -> str:
         "namespaces": os.environ.get(NAMESPACES_VARIABLE, ""), "warm": warmstart.enabled(),
         "bwrap": [bwrap, _stamp(bwrap)], "kernel": os.uname().release,
         "settings": {path: _text(path) for path in _SETTINGS},
+        "code": {name: _stamp(str(_HERE / name)) for name in _MEASURING_CODE},
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 

@@ -55,6 +55,17 @@ def test_another_machine_state_is_another_measurement(monkeypatch):
     assert len({containment_cache.key(("redis",)), containment_cache.key(("nats",))}) == 2
 
 
+def test_an_edited_harness_module_that_runs_learner_code_is_measured_again(monkeypatch, tmp_path):
+    """A working copy of the harness keeps its version while its code changes: an answer measured by a broken
+    edit (an unprivileged uid that 'does not work here') must not outlive the fix."""
+    for name in containment_cache._MEASURING_CODE:
+        (tmp_path / name).write_text("# the harness's module\n")
+    monkeypatch.setattr(containment_cache, "_HERE", tmp_path)
+    before = containment_cache.key(("redis",))
+    (tmp_path / "confine.py").write_text("# the harness's module, edited\n")
+    assert containment_cache.key(("redis",)) != before
+
+
 def test_no_cache_when_turned_off(monkeypatch, cache_home):
     monkeypatch.setenv(containment_cache.CACHE_VARIABLE, "0")
     measure = Measure()
