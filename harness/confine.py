@@ -37,7 +37,8 @@ in_process = None
 _libc = None
 
 
-def _c():
+def libc():
+    """The C library, loaded on first use (ctypes costs an import that a run without namespaces need not pay)."""
     global _libc
     if _libc is None:
         import ctypes
@@ -47,7 +48,7 @@ def _c():
 
 def prctl(option: int, arg: int = 0) -> None:
     import ctypes
-    if _c().prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+    if libc().prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
 
@@ -57,14 +58,14 @@ def _expose(groups) -> None:
     """In a new mount namespace, cover each directory others cannot enter with an empty tmpfs that
     holds only the paths the script needs under it (bind mounts of the real ones)."""
     import ctypes
-    libc = _c()
+    c = libc()
 
     def mount(source, target, fstype, flags, data):
-        if libc.mount(source, target, fstype, ctypes.c_ulong(flags), data) != 0:
+        if c.mount(source, target, fstype, ctypes.c_ulong(flags), data) != 0:
             errno = ctypes.get_errno()
             raise OSError(errno, f"mount {target!r}: {os.strerror(errno)}")
 
-    if libc.unshare(_CLONE_NEWNS) != 0:
+    if c.unshare(_CLONE_NEWNS) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare(CLONE_NEWNS): {os.strerror(errno)}")
     mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None)  # nothing done here reaches the host
@@ -90,11 +91,11 @@ def _clear_inheritable_capabilities() -> None:
                     ("inheritable", ctypes.c_uint32)]
 
     header, data = Header(0x20080522, 0), (Data * 2)()
-    if _c().capget(ctypes.byref(header), data) != 0:
+    if libc().capget(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), "capget")
     if data[0].inheritable or data[1].inheritable:
         data[0].inheritable = data[1].inheritable = 0
-        if _c().capset(ctypes.byref(header), data) != 0:
+        if libc().capset(ctypes.byref(header), data) != 0:
             raise OSError(ctypes.get_errno(), "capset")
 
 
@@ -121,7 +122,7 @@ def _drop_privileges(uid: int | None, gid: int | None) -> None:
 def _mount(source, target, fstype, flags, data=None) -> None:
     import ctypes
     enc = lambda v: os.fsencode(v) if isinstance(v, str) else v  # noqa: E731
-    if _c().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+    if libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"mount {target!r}: {os.strerror(errno)}")
 
@@ -170,10 +171,10 @@ def _enter_namespaces() -> None:
     next child). Not root: in a new user namespace too, where it keeps its own uid and gid."""
     flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWPID
     if os.geteuid() == 0:
-        _syscall_ok(_c().unshare(flags), "unshare")
+        _syscall_ok(libc().unshare(flags), "unshare")
         return
     uid, gid = os.geteuid(), os.getegid()
-    _syscall_ok(_c().unshare(flags | _CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    _syscall_ok(libc().unshare(flags | _CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
@@ -224,8 +225,8 @@ def _build_root(mounts, handles: dict[str, int]) -> None:
         os.close(handle)
     os.chdir(new)
     number = {"x86_64": 155, "aarch64": 41, "riscv64": 41}[os.uname().machine]  # SYS_pivot_root
-    _syscall_ok(_c().syscall(number, b".", b"."), "pivot_root")  # the old root now lies beneath the new
-    _syscall_ok(_c().umount2(b".", _MNT_DETACH), "umount old root")
+    _syscall_ok(libc().syscall(number, b".", b"."), "pivot_root")  # the old root now lies beneath the new
+    _syscall_ok(libc().umount2(b".", _MNT_DETACH), "umount old root")
     _mount(None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     os.chdir("/")
 
@@ -235,7 +236,7 @@ def _init(config: dict, handles: dict[str, int], error_pipe: int) -> None:
     the script's wait status to the supervisor. Never returns."""
     try:
         os.close(config["init_pid_fd"])  # the supervisor waits for its EOF before it watches the run
-        _c().sethostname(b"retrylab", 8)
+        libc().sethostname(b"retrylab", 8)
         _build_root(config["mounts"], handles)
         for which, soft, hard in config["rlimits"]:
             resource.setrlimit(which, (soft, hard))

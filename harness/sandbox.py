@@ -28,7 +28,8 @@ on what the machine allows (`containment()` says what applies here):
   fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
   (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
   is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
-- Resource limits: address space, CPU time, file size, open files, no core dumps. Hitting one is
+- Resource limits: address space, CPU time, file size, open files, no core dumps; where the harness may mount,
+  all the run writes in its folder (a tmpfs of its own, retrylab.runfs). Hitting one is
   named in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory limit"), in
   the language current when the script ran and when it is described (retrylab.i18n).
 
@@ -61,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, tempdirs, warmstart
+from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, runfs, tempdirs, warmstart
 from retrylab.containment import Containment, detect
 from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
 from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
@@ -88,6 +89,8 @@ class SandboxError(RuntimeError):
 class Limits:
     memory_bytes: int = 1 << 30          # address space
     file_bytes: int = 256 << 20          # largest file a script may write
+    disk_bytes: int = 512 << 20          # all a run may write in its folder, where it can be bounded (runfs)
+    disk_files: int = 65536              # files and folders there, the same way
     cpu_seconds: int = 60
     output_bytes: int = 64 << 10         # kept of each stream: the first and last halves
     processes: int = 64                  # processes and threads the script may have at once
@@ -103,6 +106,8 @@ class Limits:
             return i18n.label("limits.file_size", size=_size(self.file_bytes))
         if limit == "processes":
             return i18n.label("limits.processes", count=self.processes)
+        if limit == "disk":
+            return i18n.label("limits.disk", size=_size(self.disk_bytes), count=self.disk_files)
         raise KeyError(limit)
 
 
@@ -262,6 +267,7 @@ class Sandbox:
         self.learner_imports = learner_imports  # the broker's client libraries: the script must see them
         self.warm_imports = warm_imports        # those the warm template may import ahead (Broker.warm_imports)
         self.root: Path | None = None
+        self.disk_bounded = False               # the run's folder is a tmpfs of limits.disk_bytes (runfs)
         self.uid: int | None = None
         self.gid: int | None = None
         self._supervisor: int | None = None    # pid of the current run's supervisor, while it runs
@@ -277,7 +283,9 @@ class Sandbox:
         contained = self.containment
         self.root = tempdirs.make("run")
         try:
-            os.chmod(self.root, 0o711)  # the learner's uid may enter, not list
+            # mode 0711: the learner's uid may enter, not list
+            self.disk_bounded = runfs.mount_bounded(self.root, self.limits.disk_bytes, self.limits.disk_files)
+            os.chmod(self.root, 0o711)
             self.workdir = self.root / "submission"
             self.home = self.root / "home"
             self.tmp = self.root / "tmp"
@@ -531,6 +539,8 @@ class Sandbox:
             return limits.phrase("cpu")
         if sig == signal.SIGXFSZ or "File too large" in tail:
             return limits.phrase("file size")
+        if self.disk_bounded and ("No space left on device" in tail or runfs.full(self.root)):
+            return limits.phrase("disk")
         if "MemoryError" in tail or "Cannot allocate memory" in tail:
             return limits.phrase("memory")
         if "Resource temporarily unavailable" in tail or "can't start new thread" in tail:

@@ -13,6 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from retrylab import runfs
+
 __all__ = ["make", "remove_tree", "sweep_stale"]
 
 _NAME = re.compile(r"retrylab-[a-z]+-(\d+)-")
@@ -27,6 +29,8 @@ def remove_tree(top: Path | None) -> None:
     """Remove a folder whatever a learner's script did to it (read-only files, chmod 000 folders)."""
     if top is None or not os.path.lexists(top):
         return
+    if os.path.ismount(top):    # a run's folder on a tmpfs of its own (runfs): its files go with it
+        runfs.unmount(top)
     shutil.rmtree(top, ignore_errors=True)
     if not os.path.lexists(top):
         return

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+from retrylab import runfs, tempdirs
 from retrylab.sandbox import CappedBuffer, Limits, Sandbox
 
 
@@ -124,3 +129,62 @@ def test_kill_ends_a_run_at_once_as_killed_and_its_sigterm_handler_never_runs(tm
     assert result.stopped is None and result.returncode == -9, result
     assert "graceful" not in result.stdout and result.seconds < 25
     assert 5 <= max(seen) <= 8      # the script's threads, and a namespace's helper processes where there are some
+
+
+# -- what a run may write in all (retrylab.runfs) --------------------------------------------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs for the run's folder needs root")
+
+FILLS_ITS_FOLDER = """import os
+home = os.environ["HOME"]
+n = 0
+while True:    # files under the per-file limit, one after another, in its copy and its home by turns
+    with open(os.path.join("." if n % 2 else home, f"blob{n}"), "wb") as f:
+        f.write(b"x" * (16 << 20))
+    n += 1
+"""
+
+
+@as_root
+def test_a_run_cannot_write_more_than_its_disk_limit_in_total(tmp_path):
+    folder = _submission(tmp_path, fill=FILLS_ITS_FOLDER)
+    free_before = shutil.disk_usage(tempfile.gettempdir()).free
+    with Sandbox(folder, Limits(disk_bytes=96 << 20)) as box:
+        result = box.run("fill.py", env={}, timeout=30)
+        root = box.root
+        assert box.disk_bounded
+    assert result.returncode == 1 and "No space left on device" in result.stderr
+    assert "the 96 MiB limit on all the files a run may write" in result.describe()
+    assert not root.exists() and not os.path.ismount(root)
+    # the machine's temporary folder never held it (a margin for what else writes there meanwhile)
+    assert shutil.disk_usage(tempfile.gettempdir()).free > free_before - (64 << 20)
+
+
+@as_root
+def test_a_run_cannot_use_up_the_inodes(tmp_path):
+    folder = _submission(tmp_path, many="n = 0\nwhile True:\n    open(f'f{n}', 'w').close()\n    n += 1\n")
+    with Sandbox(folder, Limits(disk_files=2000)) as box:
+        result = box.run("many.py", env={}, timeout=30)
+    assert result.returncode == 1 and "No space left on device" in result.stderr
+    assert "(2000 files at most)" in result.describe()
+
+
+@as_root
+def test_a_run_folder_left_mounted_by_a_killed_grading_is_swept(tmp_path):
+    stale = tmp_path / "retrylab-run-999999999-x"     # no process has that pid
+    stale.mkdir()
+    assert runfs.mount_bounded(stale, 1 << 20, 100)
+    (stale / "left.txt").write_text("by a run whose grading was killed")
+    assert tempdirs.sweep_stale(str(tmp_path)) == 1
+    assert not stale.exists() and not os.path.ismount(stale)
+
+
+def test_where_the_harness_may_not_mount_the_run_folder_stays_where_it_was(tmp_path, monkeypatch):
+    monkeypatch.setattr(runfs, "mount_bounded", lambda *args, **kwargs: False)
+    folder = _submission(tmp_path, write="open('out.txt', 'w').write('x' * 1000)\n")
+    with Sandbox(folder) as box:
+        result = box.run("write.py", env={}, timeout=20)
+        assert not box.disk_bounded and not os.path.ismount(box.root)
+        root = box.root
+    assert result.returncode == 0, result.stderr
+    assert not root.exists()
