@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import procfs, sandbox
+from retrylab import procfs, runfs, sandbox
 from retrylab.fixtures.backoff_dlq import corpus
 from retrylab.grading import grade
 from retrylab.reporters import FORMATS
@@ -36,7 +36,10 @@ SECRETS = {"GITHUB_TOKEN": "ghp_retrylabHostileTestSecret0123456789",
 # the limit a fixture hits, as its worker steps must name it (unless the machine was so slow that
 # the harness stopped the worker, quiet, before it got there)
 LIMITS = {"memory-hog": "the 1 GiB memory limit", "huge-file": "the 256 MiB file size limit",
-          "fork-bomb": "the limit of 64 processes"}
+          "fork-bomb": "the limit of 64 processes", "fills-disk": "the 512 MiB limit on all the files a run may write"}
+# attacks only a bounded run folder stops (retrylab.runfs: where the harness may mount); elsewhere they would fill
+# the disk of the machine running the tests
+NEEDS_BOUNDED_DISK = {"fills-disk"}
 WORKER_STEPS = (1, 2, 6, 7)
 SETTLED = r"worker\.py (kept running after its work was done|was waiting in a blocking read|was stopped: )"  # run.stop
 DAEMON_CODE = b"while True: time.sleep(3600)"
@@ -59,10 +62,21 @@ def _daemon_alive(pid: int) -> bool:
         return False
 
 
+def _run_folders_bounded(tmp_path: Path) -> bool:
+    probe = tmp_path / "mount-probe"
+    probe.mkdir()
+    if not runfs.mount_bounded(probe, 1 << 20, 16):
+        return False
+    runfs.unmount(probe)
+    return True
+
+
 @pytest.mark.parametrize("entry, backend", CASES, ids=[f"{e.name}-{b}" for e, b in CASES])
 def test_hostile_submission_is_graded_safely(entry, backend, tmp_path, monkeypatch):
     if entry.name in NEEDS_ISOLATION and not sandbox.containment().isolated:
         pytest.skip("isolation is partial here: this attack gets out by design")
+    if entry.name in NEEDS_BOUNDED_DISK and not _run_folders_bounded(tmp_path):
+        pytest.skip("the harness may not mount here: a run's folder is not bounded in total")
     submission = entry.materialize(tmp_path / "submission")
     before = _digest(submission)
     tag = f"hostile-{uuid.uuid4().hex}"
@@ -103,7 +117,7 @@ def test_hostile_submission_is_graded_safely(entry, backend, tmp_path, monkeypat
 def test_the_hostile_corpus_covers_the_attacks():
     names = {e.name for e in ENTRIES}
     assert {"spin-without-io", "print-forever", "memory-hog", "ignores-sigterm", "detached-daemon",
-            "fork-bomb", "fork-hundreds", "huge-file", "redis-junk", "redis-wrong-types",
+            "fork-bomb", "fork-hundreds", "huge-file", "fills-disk", "redis-junk", "redis-wrong-types",
             "secret-reader", "binary-artifacts", "scribbler"} | CHANNEL_ATTACKS <= names
     assert all(e.max_seconds for e in ENTRIES)
     assert not names & {e.name for e in corpus.entries()}, "hostile entries stay out of the default corpus"
