@@ -5,6 +5,14 @@ on Linux, the parent-death signal. The kernel sends that signal when the *thread
 ends, so every server is forked from one long-lived thread: a check run on a worker thread that ends must
 not take the server it started (and later checks reuse) with it.
 
+The signal is set in the child after fork, after its change of uid (which would clear it) and before exec: by
+util-linux's setpriv, which the child execs first, then a shell that checks the grading is still its parent and
+execs the server (same pid, same process group). No Python code runs in the child. A preexec_fn did this before,
+and made the child run the interpreter's after-fork code, which in CPython before 3.12 can wait for ever on a lock
+another thread held at the fork (cpython gh-112275: a thread state made or deleted at that moment, e.g. by a
+C library's thread calling into Python); a CI run hung on it starting a Tansu broker. Where setpriv is missing, the
+preexec_fn is still used.
+
 That thread is a daemon: an interpreter that is exiting (a Ctrl-C in `retrylab watch`) never waits for it.
 concurrent.futures' pool threads are not daemons and are joined at exit only if their registration
 finished; a KeyboardInterrupt between a pool thread's start and its registration left one the exit waited
@@ -13,9 +21,11 @@ on for ever (`watch` hung after Ctrl-C in CI).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +44,33 @@ def _die_with_parent(prctl, parent: int) -> None:
     prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+# In the child, after setpriv: $0 is the grading's pid; a child whose parent is already another (the grading died
+# before setpriv set the signal) stops instead of running on unowned
+_CHECK_PARENT = '[ "$PPID" = "$0" ] || exit 1; exec "$@"'
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> tuple[str, str] | None:
+    """setpriv (util-linux 2.33 or newer) and a POSIX shell, where both are here."""
+    setpriv, shell = shutil.which("setpriv"), "/bin/sh"
+    if setpriv is None or not os.access(shell, os.X_OK):
+        return None
+    try:
+        usage = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (setpriv, shell) if "--pdeathsig" in usage else None
+
+
+def _with_parent_death_signal(argv: list[str], parent: int) -> list[str] | None:
+    """`argv` run so that it is killed when the spawning thread ends, with no new privileges; None without setpriv."""
+    tools = _setpriv()
+    if tools is None:
+        return None
+    setpriv, shell = tools
+    return [setpriv, "--pdeathsig", "KILL", "--no-new-privs", "--", shell, "-c", _CHECK_PARENT, str(parent), *argv]
 
 
 def server_uid() -> int | None:
@@ -96,11 +133,15 @@ def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
     """Start a private server process that dies with the grading (see the module's text)."""
     if not sys.platform.startswith("linux"):
         return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
-    import ctypes
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
-    future = _spawner.submit(subprocess.Popen, argv, start_new_session=True,
-                             preexec_fn=lambda: _die_with_parent(prctl, parent), **popen_kwargs)
+    wrapped = _with_parent_death_signal(argv, parent)
+    if wrapped is not None:
+        future = _spawner.submit(subprocess.Popen, wrapped, start_new_session=True, **popen_kwargs)
+    else:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        future = _spawner.submit(subprocess.Popen, argv, start_new_session=True,
+                                 preexec_fn=lambda: _die_with_parent(prctl, parent), **popen_kwargs)
     try:
         return future.result()
     except BaseException:

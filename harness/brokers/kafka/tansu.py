@@ -144,7 +144,7 @@ class TansuProcess:
 
 def _memory_limit() -> list[str]:
     """util-linux's prlimit, which sets the limit on itself and execs the broker (same pid, same process
-    group; spawn_server's preexec_fn is its own); nothing where it is missing."""
+    group; spawn_server sets the parent-death signal before it); nothing where it is missing."""
     prlimit = shutil.which("prlimit")
     return [prlimit, f"--as={MEMORY_LIMIT}", "--"] if prlimit else []
 
