@@ -13,10 +13,14 @@ from retrylab.brokers.redis.backends import make_backend
 from retrylab.runner import LearnerRunner
 from retrylab.settle import StopCondition
 
+from helpers import wait_until
+
 
 @pytest.fixture(autouse=True)
 def _no_frozen_heap_around():
-    gc.unfreeze()       # a test before may have left nothing frozen, or something: start from nothing
+    # runs of an earlier test that are still ending (in threads beside it) hold the heap frozen until they end
+    wait_until(lambda: runner._frozen_by_runs[0] == 0, "earlier learner runs in this process to end")
+    gc.unfreeze()       # start from nothing frozen
     yield
     gc.unfreeze()
 
@@ -49,24 +53,28 @@ def test_a_run_freezes_the_older_heap_while_it_goes_on_and_unfreezes_it_after(tm
 
 
 def test_overlapping_runs_keep_it_frozen_until_the_last_one_ends():
-    first, second = runner._heap_frozen(), runner._heap_frozen()
-    first.__enter__()
-    frozen = gc.get_freeze_count()
-    assert frozen > 0
-    done = threading.Event()
+    done, started = threading.Event(), threading.Event()
 
     def beside():
         with runner._heap_frozen():
-            done.wait(5)
+            started.set()
+            done.wait(10)
 
     thread = threading.Thread(target=beside)
-    thread.start()
-    first.__exit__(None, None, None)        # the step's run ends; the one beside it goes on
-    assert gc.get_freeze_count() >= frozen
-    done.set()
-    thread.join()
+    try:
+        with runner._heap_frozen():        # the step's run
+            assert gc.get_freeze_count() > 0
+            thread.start()
+            started.wait(10)
+        # the step's run ended; the one beside it goes on (not ">= what was frozen": a frozen object that loses
+        # its last reference leaves the frozen generation)
+        assert gc.get_freeze_count() > 0
+    finally:
+        done.set()
+        if thread.ident is not None:
+            thread.join()
     assert gc.get_freeze_count() == 0
-    with second:                            # and the next run freezes again
+    with runner._heap_frozen():            # and the next run freezes again
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
 
