@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import brokers
+from retrylab import brokers, runfs
 from retrylab import exercise as exercises
 from retrylab.grading import GradingPlugin, pytest_args
 
@@ -348,10 +348,11 @@ def yardstick() -> str:
 
 
 def scratch_state() -> str:
-    """Where the gradings' temporary folders go (TMPDIR, else /tmp) and on what filesystem: every learner run
-    works in a fresh copy of the submission, so a grading creates and removes a few hundred files, and on a disk
-    filesystem that costs CPU (README, "How fast": about a tenth of a batch's CPU on this project's machines, whose
-    ext4 has no journal and skips every inode removed in the last 30 s when it makes a file)."""
+    """Where the gradings' temporary folders go (TMPDIR, else /tmp) and on what filesystem, and whether learner runs'
+    copies of the submission are on a tmpfs of their own (retrylab.runfs, where the harness may mount): a grading
+    creates and removes a few hundred files, and on a disk filesystem that costs CPU (README, "How fast": about a
+    tenth of a batch's CPU on this project's machines, whose ext4 has no journal and skips every inode removed in the
+    last 30 s when it makes a file)."""
     folder = os.path.realpath(tempfile.gettempdir())
     kind, best = "unknown", ""
     with contextlib.suppress(OSError), open("/proc/self/mounts") as mounts:
@@ -360,7 +361,13 @@ def scratch_state() -> str:
             point = fields[1].replace("\\040", " ")
             if (folder == point or folder.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
                 kind, best = fields[2], point
-    return f"temporary folders in {folder} ({kind})"
+    probe = Path(tempfile.mkdtemp(prefix="retrylab-bench-"))
+    try:
+        runs = "a tmpfs of each run's own" if runfs.mount_bounded(probe, 1 << 20, 16) and runfs.unmount(probe) \
+            else "the same folder"
+    finally:
+        probe.rmdir()
+    return f"temporary folders in {folder} ({kind}); learner runs' copies on {runs}"
 
 
 def wait_for_load(limit: float, patience: float = 600) -> None:
