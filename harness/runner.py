@@ -286,8 +286,8 @@ _frozen_lock = threading.Lock()
 def _heap_frozen():
     """While learner runs go on, the collector leaves the objects the grading process had before them alone.
 
-    The relay, the application channel and an embedded broker are threads of this process: a full collection
-    holds them all while it walks the heap, and the learner's commands and calls wait. Its length grows with the
+    The relay and the application channel are threads of this process (the brokers' servers are processes of their
+    own): a full collection holds them while it walks the heap, and the learner's commands and calls wait. Its length grows with the
     heap: tens of milliseconds in a CLI grading, a hundred and more in a test worker that has graded many
     submissions. Step 2 of a lab compares retry waits with a margin of 100 ms, so such a pause in one wait and
     not the other fails a correct consumer. Frozen (gc.freeze), the old heap is skipped; what the runs allocate

@@ -1,6 +1,6 @@
 """While learner runs go on, the collector leaves the grading process's older objects alone (runner._heap_frozen):
-a full collection would hold the relay, the application channel and an embedded broker, all threads of this
-process, for as long as it walks the heap, and stretch the learner's waits that steps compare."""
+a full collection would hold the relay and the application channel, threads of this process, for as long as it
+walks the heap, and stretch the learner's waits that steps compare."""
 from __future__ import annotations
 
 import gc
