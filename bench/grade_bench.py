@@ -361,12 +361,7 @@ def scratch_state() -> str:
             point = fields[1].replace("\\040", " ")
             if (folder == point or folder.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
                 kind, best = fields[2], point
-    probe = Path(tempfile.mkdtemp(prefix="retrylab-bench-"))
-    try:
-        runs = "a tmpfs of each run's own" if runfs.mount_bounded(probe, 1 << 20, 16) and runfs.unmount(probe) \
-            else "the same folder"
-    finally:
-        probe.rmdir()
+    runs = "a tmpfs of each run's own" if runfs.available() else "the same folder"
     return f"temporary folders in {folder} ({kind}); learner runs' copies on {runs}"
 
 

@@ -12,7 +12,9 @@ A tmpfs holds its files in memory: `size` is a bound, not a reservation; a run t
 """
 from __future__ import annotations
 
+import functools
 import os
+import tempfile
 from pathlib import Path
 
 from retrylab.confine import libc
@@ -41,3 +43,13 @@ def full(folder: Path) -> bool:
     except OSError:
         return False
     return stats.f_bavail == 0 or stats.f_favail == 0
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether this process may give a run's folder a tmpfs of its own: tried once, for real, in a folder of its own."""
+    probe = Path(tempfile.mkdtemp(prefix="retrylab-runfs-probe-"))
+    try:
+        return mount_bounded(probe, 1 << 20, 16) and unmount(probe)
+    finally:
+        probe.rmdir()

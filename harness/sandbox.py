@@ -283,9 +283,8 @@ class Sandbox:
         contained = self.containment
         self.root = tempdirs.make("run")
         try:
-            # mode 0711: the learner's uid may enter, not list
             self.disk_bounded = runfs.mount_bounded(self.root, self.limits.disk_bytes, self.limits.disk_files)
-            os.chmod(self.root, 0o711)
+            os.chmod(self.root, 0o711)  # the learner's uid may enter, not list
             self.workdir = self.root / "submission"
             self.home = self.root / "home"
             self.tmp = self.root / "tmp"

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import threading
 
+from retrylab.confine import libc
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _SERVER_UIDS = (2_140_000_000, 2_147_000_000)   # private servers' uids as root: never a real user's, nor a learner's
@@ -138,8 +140,7 @@ def spawn_server(argv: list[str], **popen_kwargs) -> subprocess.Popen:
     if wrapped is not None:
         future = _spawner.submit(subprocess.Popen, wrapped, start_new_session=True, **popen_kwargs)
     else:
-        import ctypes
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl = libc().prctl
         future = _spawner.submit(subprocess.Popen, argv, start_new_session=True,
                                  preexec_fn=lambda: _die_with_parent(prctl, parent), **popen_kwargs)
     try:

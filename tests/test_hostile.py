@@ -62,20 +62,11 @@ def _daemon_alive(pid: int) -> bool:
         return False
 
 
-def _run_folders_bounded(tmp_path: Path) -> bool:
-    probe = tmp_path / "mount-probe"
-    probe.mkdir()
-    if not runfs.mount_bounded(probe, 1 << 20, 16):
-        return False
-    runfs.unmount(probe)
-    return True
-
-
 @pytest.mark.parametrize("entry, backend", CASES, ids=[f"{e.name}-{b}" for e, b in CASES])
 def test_hostile_submission_is_graded_safely(entry, backend, tmp_path, monkeypatch):
     if entry.name in NEEDS_ISOLATION and not sandbox.containment().isolated:
         pytest.skip("isolation is partial here: this attack gets out by design")
-    if entry.name in NEEDS_BOUNDED_DISK and not _run_folders_bounded(tmp_path):
+    if entry.name in NEEDS_BOUNDED_DISK and not runfs.available():
         pytest.skip("the harness may not mount here: a run's folder is not bounded in total")
     submission = entry.materialize(tmp_path / "submission")
     before = _digest(submission)
