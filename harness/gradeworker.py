@@ -34,6 +34,8 @@ import threading
 import time
 import traceback
 
+from retrylab import procfs
+
 WARM_GRADINGS = 50      # gradings forked from one warm process before a fresh one replaces it
 READ_SLICE = 0.5        # seconds a wait holds the line reader, so another thread can stop the grading
 
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         _warm_up(argv[0], argv[1])
     except Exception:  # noqa: BLE001 - no "ready": the batch grades cold, and that grading says what is wrong
         return 1
-    if threading.active_count() != 1:              # a fork would inherit locks held by those threads
+    if procfs.own_threads() != 1:                  # a fork would inherit locks held by other threads
         return 1
     _say("ready")
     for _ in range(WARM_GRADINGS):

@@ -125,6 +125,16 @@ def tree_threads(root: int) -> int:
     return total
 
 
+def own_threads() -> int:
+    """Threads of this process as the kernel counts them: the interpreter's, and those a C library started on its
+    own (a Kafka or NATS client's), which threading.active_count() does not see. A process about to fork must have
+    only one: a lock another thread held would stay held in the child. Unreadable, it is taken as more than one."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 2
+
+
 def _status(pid: int, field: bytes) -> list[bytes] | None:
     """The values of one line of /proc/PID/status ("Uid:", "Threads:"), None if it is gone."""
     try:

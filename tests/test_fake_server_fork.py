@@ -1,7 +1,7 @@
 """A grading forked from grade-batch's warm process (which has imported fakeredis: Broker.grading_warm_imports)
 forks its fake Redis server instead of starting an interpreter for it. The forked server serves, runs as an
 unprivileged uid of its own in a session of its own, holds none of the grading's descriptors, and dies with the
-grading; a process with other threads, or with warm start turned off, still starts a new interpreter."""
+grading; a process with other threads (a C library's too), or with warm start turned off, still starts a new interpreter."""
 from __future__ import annotations
 
 import json
@@ -21,8 +21,14 @@ SCRIPT = r"""
 import json, os, sys, threading, time
 import {warm}
 from retrylab.brokers.redis.fake_server_process import FakeServerProcess
-if {threads}:
+if {threads} == "python":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
+elif {threads} == "native":                          # as a C library starts one: threading does not count it
+    import _thread
+    hold = _thread.allocate_lock(); hold.acquire()
+    _thread.start_new_thread(hold.acquire, ())
+    while len(os.listdir("/proc/self/task")) < 2: time.sleep(0.01)
+    assert threading.active_count() == 1
 keep = open(os.devnull)                              # a descriptor of the grading's that the server must not hold
 servers = FakeServerProcess().start()
 port = servers.new_server()
@@ -56,8 +62,8 @@ else:
 """
 
 
-def _run(*, threads=False, stop=True, again=False, env=None):
-    script = SCRIPT.format(warm=", ".join(BROKER.grading_warm_imports), threads=threads, stop=stop, again=again)
+def _run(*, threads="", stop=True, again=False, env=None):
+    script = SCRIPT.format(warm=", ".join(BROKER.grading_warm_imports), threads=repr(threads), stop=stop, again=again)
     return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
@@ -93,7 +99,7 @@ def test_the_forked_server_dies_when_the_grading_is_killed():
 
 
 def test_with_other_threads_or_warm_start_off_the_server_is_a_new_interpreter():
-    for options in ({"threads": True}, {"env": {"RETRYLAB_WARM_START": "0"}}):
+    for options in ({"threads": "python"}, {"threads": "native"}, {"env": {"RETRYLAB_WARM_START": "0"}}):
         out, err = _run(**options).communicate(timeout=60)
         first = json.loads(out.splitlines()[0])
         assert first["kind"] == "Popen" and first["pong"] is True and first["sigpipe_ignored"] is True, (options, err)

@@ -77,6 +77,22 @@ def test_a_warm_process_that_cannot_warm_up_leaves_the_thread_cold():
         pool.close()
 
 
+def test_a_warm_process_left_with_a_thread_it_cannot_see_does_not_fork():
+    """A thread a C library started while warming up (a Kafka client's, say) is not in threading's count, and a
+    fork would copy the locks it holds: the warm process says no "ready", and the batch grades cold."""
+    script = ("import _thread, os, time\n"
+              "from retrylab import gradeworker\n"
+              "hold = _thread.allocate_lock(); hold.acquire()\n"
+              "def warm_up(*_):\n"
+              "    _thread.start_new_thread(hold.acquire, ())\n"
+              "    while len(os.listdir('/proc/self/task')) < 2: time.sleep(0.01)\n"
+              "gradeworker._warm_up = warm_up\n"
+              "raise SystemExit(gradeworker.main(['backoff-dlq', 'fake']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and "ready" not in done.stdout, (done.stdout, done.stderr)
+
+
 def test_a_warm_process_that_has_forked_its_share_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr(gradeworker, "WARM_GRADINGS", 1)
     (submission,) = _materialize(tmp_path / "submissions", ["wrong/empty-directory"])

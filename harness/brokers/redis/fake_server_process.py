@@ -30,6 +30,7 @@ import threading
 import time
 import warnings
 
+from retrylab import procfs
 from retrylab.brokers import BackendUnavailable
 from retrylab.spawn import kill_group, spawn_server
 
@@ -156,7 +157,7 @@ def _warm_here() -> bool:
     another thread held would stay held)."""
     from retrylab import warmstart      # RETRYLAB_WARM_START=0 turns forking off here too
     from retrylab.brokers.redis import BROKER
-    return (all(name in sys.modules for name in BROKER.grading_warm_imports) and threading.active_count() == 1
+    return (all(name in sys.modules for name in BROKER.grading_warm_imports) and procfs.own_threads() == 1
             and warmstart.enabled())
 
 
