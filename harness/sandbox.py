@@ -46,6 +46,7 @@ here: the probe checks they import, and the mount plan shows where they are inst
 """
 from __future__ import annotations
 
+import errno
 import functools
 import marshal
 import os
@@ -63,7 +64,7 @@ from pathlib import Path
 from typing import Callable
 
 from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, runfs, tempdirs, warmstart
-from retrylab.containment import Containment, detect
+from retrylab.containment import Containment, PassingProblem, detect
 from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
 from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
 
@@ -231,6 +232,10 @@ def isolation_problem(isolation: str, learner_imports: tuple[str, ...] = ()) -> 
             f"({why or 'no bubblewrap and no unshare(2)'})")
 
 
+# a machine out of processes, memory or descriptors for a moment: a probe failing so says nothing of the sandbox
+_PASSING_ERRNOS = (errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC)
+
+
 def _probe(candidate: Containment, learner_imports: tuple[str, ...]) -> str:
     """'' if a learner process runs with `candidate` and imports what the learner site needs (the
     engine's virtual clock and the broker's client libraries)."""
@@ -242,10 +247,15 @@ def _probe(candidate: Containment, learner_imports: tuple[str, ...]) -> str:
         Path(folder, "probe.py").write_text(script)
         with Sandbox(folder, containment=candidate, learner_imports=learner_imports) as box:
             result = box.run("probe.py", env={}, timeout=30)
-    except (SandboxError, OSError) as exc:
+    except OSError as exc:
+        why = str(exc)[:200]
+        return PassingProblem(why) if exc.errno in _PASSING_ERRNOS else why
+    except SandboxError as exc:
         return str(exc)[:200]
     finally:
         tempdirs.remove_tree(folder)
+    if result.stopped == "timeout" or result.returncode == -signal.SIGKILL:   # out of time, or killed (OOM)
+        return PassingProblem(result.describe()[:200])
     if result.returncode != 0:
         return (result.stderr_tail(1) or result.describe())[:200]
     if result.stdout.strip() != sys.version:

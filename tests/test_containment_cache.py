@@ -3,13 +3,14 @@ second grading does not measure again, and a cached answer is believed only when
 writable by no one else, recent, whole, and about the machine as it is now."""
 from __future__ import annotations
 
+import errno
 import os
 import time
 
 import pytest
 
-from retrylab import containment_cache
-from retrylab.containment import NAMESPACES_VARIABLE, Containment
+from retrylab import containment, containment_cache, sandbox
+from retrylab.containment import NAMESPACES_VARIABLE, Containment, PassingProblem
 
 MEASURED = Containment(unprivileged_uid=True, cgroups=("/sys/fs/cgroup/x",), notes=("a note",),
                        namespaces="bwrap", bwrap="/usr/bin/bwrap")
@@ -134,3 +135,61 @@ def test_an_unwritable_cache_folder_leaves_the_grading_measuring(cache_home):
     assert containment_cache.cached(("redis",), measure) == MEASURED
     assert containment_cache.cached(("redis",), measure) == MEASURED
     assert measure.calls == 2
+
+
+# -- a measurement from a busy moment (a probe that ran out of time) is used but not kept ---------------------------
+
+def test_a_measurement_weakened_for_a_passing_reason_is_not_kept(cache_home):
+    measure = Measure(Containment(notes=("namespaces through bwrap do not work here (timed out)",), passing=True))
+    assert containment_cache.cached(("redis",), measure).passing
+    assert containment_cache.cached(("redis",), measure).passing
+    assert measure.calls == 2                       # measured again: nothing was kept
+    assert not list(cache_home.glob("containment-*.json"))
+
+
+@pytest.mark.parametrize("why, passing", [(PassingProblem("ran out of time"), True), ("Permission denied", False)])
+def test_detect_says_when_a_stronger_way_failed_for_a_passing_reason(why, passing, monkeypatch):
+    monkeypatch.setenv(NAMESPACES_VARIABLE, "unshare")
+    found = containment.detect(lambda candidate: why if candidate.namespaces else "")
+    assert found.namespaces == "" and found.passing is passing
+    assert any("do not work here" in note for note in found.notes)
+    clean = containment.detect(lambda candidate: "")
+    assert clean.namespaces == "unshare" and not clean.passing
+
+
+class _Box:
+    """A Sandbox whose probe run ends as `result` says."""
+
+    result = None
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def run(self, *args, **kwargs):
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+
+def _ended(**how):
+    return sandbox.ScriptResult(**{"script": "probe.py", "stdout": "", "stderr": "", "seconds": 30.0, **how})
+
+
+@pytest.mark.parametrize("result, passing", [
+    (_ended(returncode=None, stopped="timeout"), True),
+    (_ended(returncode=-9, stopped=None), True),
+    (OSError(errno.EAGAIN, "Resource temporarily unavailable"), True),
+    (_ended(returncode=1, stopped=None, stderr="ModuleNotFoundError: No module named 'redis'\n"), False),
+    (OSError(errno.EPERM, "Operation not permitted"), False),
+])
+def test_the_probe_says_which_failures_may_pass(result, passing, monkeypatch):
+    monkeypatch.setattr(_Box, "result", result)
+    monkeypatch.setattr(sandbox, "Sandbox", _Box)
+    why = sandbox._probe(Containment(), ("redis",))
+    assert why and isinstance(why, PassingProblem) is passing, why
