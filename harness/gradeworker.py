@@ -191,12 +191,14 @@ class WarmPool:
 
 def _warm_up(exercise_id: str, backend: str) -> None:
     """Import what every grading imports (the modules of the backend's servers too, where they fork from the
-    grading), measure the containment and start the learner template once; the forks inherit all three."""
+    grading, else look for what spawning them uses), measure the containment and start the learner template once;
+    the forks inherit all of it."""
     grading = importlib.import_module("retrylab.grading")    # pytest, the plugin, the reporters
-    from retrylab import brokers, plugin, sandbox, warmstart
+    from retrylab import brokers, plugin, sandbox, spawn, warmstart
     from retrylab import exercise as exercises
     exercise = exercises.get(exercise_id)
-    brokers.prepare_to_fork_servers(exercise.broker, backend)
+    if not brokers.prepare_to_fork_servers(exercise.broker, backend):
+        spawn.prepare()         # the gradings spawn their servers: setpriv looked for once, here
     imports = plugin.learner_imports(exercise)
     if warmstart.enabled() and sandbox.containment(imports).namespaces != "bwrap":
         # one learner template for all the gradings forked from here (they come one at a time), not one each

@@ -1,7 +1,8 @@
 """A grading forked from grade-batch's warm process (which has imported fakeredis: Broker.grading_warm_imports)
 forks its fake Redis server instead of starting an interpreter for it. The forked server serves, runs as an
 unprivileged uid of its own in a session of its own, holds none of the grading's descriptors, and dies with the
-grading; a process with other threads (a C library's too), or with warm start turned off, still starts a new interpreter."""
+grading; a process with other threads (a C library's too), or with warm start turned off, still starts a new
+interpreter."""
 from __future__ import annotations
 
 import json

@@ -140,9 +140,11 @@ def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_g
 
 @pytest.mark.parametrize("backend, forks_servers", [("fake", True), ("redis-server", False)])
 def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_fork(backend, forks_servers):
-    """The fake server's modules too, for the backend whose servers the gradings fork; not for another."""
-    script = (f"import sys; from retrylab import gradeworker; gradeworker._warm_up('backoff-dlq', {backend!r}); "
+    """The fake server's modules too, for the backend whose servers the gradings fork; for another, what spawning
+    its servers looks for."""
+    script = (f"import sys; from retrylab import gradeworker, spawn; gradeworker._warm_up('backoff-dlq', {backend!r}); "
               "print('redis' in sys.modules, 'checks.backoff_dlq.test_step1_worker' in sys.modules, "
-              "'fakeredis' in sys.modules)")
+              "'fakeredis' in sys.modules, spawn._setpriv.cache_info().currsize == 1)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["True", "True", str(forks_servers)], done.stderr
+    # where the gradings spawn their servers, setpriv has been looked for once, before any fork
+    assert done.stdout.split() == ["True", "True", str(forks_servers), str(not forks_servers)], done.stderr
