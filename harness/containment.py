@@ -26,7 +26,7 @@ class Containment:
     notes: tuple[str, ...] = ()       # why something is not used (shown by `describe`)
     namespaces: str = ""              # "bwrap", "unshare" (own mount/net/IPC/PID/UTS namespaces), "": none
     bwrap: str = ""                   # the bubblewrap executable (namespaces == "bwrap")
-    passing: bool = False             # a stronger way failed for a passing reason (PassingProblem): not kept
+    transient: bool = False           # a stronger way failed for a transient reason (TransientProblem): not kept
 
     @property
     def isolated(self) -> bool:
@@ -56,25 +56,27 @@ class Containment:
         return "; ".join(parts) + "".join(f"\n  note: {n}" for n in self.notes)
 
 
-class PassingProblem(str):
-    """Why a way did not work that says nothing lasting of the machine: the probe ran out of time, or was killed,
-    on a machine busy at that moment. The weaker containment it leads to is used for this grading, but
-    containment_cache does not keep it: the next grading measures again rather than run weaker for a while."""
+class TransientProblem(str):
+    """Why a way did not work that says nothing lasting of the machine: the probe ran out of time, was killed, or
+    met a machine out of processes, memory or descriptors at that moment (a busy machine; a learner's run beside
+    it, even). The weaker containment it leads to is used for the grading that measured it, and nothing keeps it
+    (neither the process, sandbox.containment, nor containment_cache): the next grading measures again rather
+    than run weaker for a while."""
 
 
 def detect(problem: Callable[[Containment], str]) -> Containment:
     """The strongest containment that works here; `problem(candidate)` is '' if a learner process
-    runs with `candidate`, else the reason it does not (a PassingProblem where that reason may not last)."""
-    passing: list[str] = []
+    runs with `candidate`, else the reason it does not (a TransientProblem where that reason may not last)."""
+    transient = False
 
     def tried(candidate: Containment) -> str:
+        nonlocal transient
         why = problem(candidate)
-        if isinstance(why, PassingProblem):
-            passing.append(why)
+        transient = transient or isinstance(why, TransientProblem)
         return why
 
     found = _strongest(tried)
-    return dataclasses.replace(found, passing=True) if passing else found
+    return dataclasses.replace(found, transient=True) if transient else found
 
 
 def _strongest(problem: Callable[[Containment], str]) -> Containment:

@@ -12,8 +12,9 @@ runs in. Any of those changing is another key, so another measurement.
 A cached answer is believed only from a folder and a file that this user owns and no one else may write
 (learner code never runs as this user with that folder visible: it runs as another uid, or in
 namespaces that do not show it); anything else (missing, old, foreign, unreadable, garbage) is measured
-again. A measurement in which a stronger way failed only for a passing reason (its probe timed out or was
-killed: Containment.passing) is not kept. RETRYLAB_CONTAINMENT_CACHE=0 measures every time.
+again. A measurement in which a stronger way failed only for a transient reason (its probe timed out, was killed,
+or met a machine out of processes, memory or descriptors: Containment.transient) is not kept.
+RETRYLAB_CONTAINMENT_CACHE=0 measures every time.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def cached(learner_imports: tuple[str, ...], measure: Callable[[], Containment])
     if found is not None:
         return found
     measured = measure()
-    if not measured.passing:            # a weaker answer from a busy moment is measured again next time
+    if not measured.transient:          # a weaker answer from a busy moment is measured again next time
         _write(path, measured)
     return measured
 

@@ -51,6 +51,7 @@ import functools
 import marshal
 import os
 import random
+import re
 import resource
 import secrets
 import select
@@ -64,7 +65,7 @@ from pathlib import Path
 from typing import Callable
 
 from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, runfs, tempdirs, warmstart
-from retrylab.containment import Containment, PassingProblem, detect
+from retrylab.containment import Containment, TransientProblem, detect
 from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
 from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
 
@@ -83,7 +84,18 @@ _UID_RANGE = (2_000_000_000, 2_100_000_000)  # uids for learner processes: one p
 
 
 class SandboxError(RuntimeError):
-    """The harness could not run the learner's script at all (a harness or machine problem)."""
+    """The harness could not run the learner's script at all (a harness or machine problem). `errno`: the system
+    error behind it, where one was (raised here, or reported by the run's supervisor or init as "[Errno N]")."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno if errno is not None else _errno_in(message)
+
+
+def _errno_in(text: str) -> int | None:
+    """N of the first "[Errno N]" in `text`: how Python writes an OSError, as the run's processes report theirs."""
+    found = re.search(r"\[Errno (\d+)\]", text)
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -203,10 +215,13 @@ def containment(learner_imports: tuple[str, ...] = ()) -> Containment:
     """The strongest containment that works on this machine for learner code that imports
     `learner_imports` (its broker's client libraries), measured on first use."""
     with _detect_lock:
-        if learner_imports not in _detected:
-            measure = functools.partial(detect, functools.partial(_probe, learner_imports=learner_imports))
-            _detected[learner_imports] = containment_cache.cached(learner_imports, measure)
-        return _detected[learner_imports]
+        if learner_imports in _detected:
+            return _detected[learner_imports]
+        measure = functools.partial(detect, functools.partial(_probe, learner_imports=learner_imports))
+        found = containment_cache.cached(learner_imports, measure)
+        if not found.transient:     # weaker for a passing reason: the next use (a forked grading's too) measures
+            _detected[learner_imports] = found
+        return found
 
 
 def prepare(learner_imports: tuple[str, ...] = (), warm_imports: tuple[str, ...] = ()) -> None:
@@ -233,7 +248,7 @@ def isolation_problem(isolation: str, learner_imports: tuple[str, ...] = ()) -> 
 
 
 # a machine out of processes, memory or descriptors for a moment: a probe failing so says nothing of the sandbox
-_PASSING_ERRNOS = (errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC)
+_TRANSIENT_ERRNOS = (errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOSPC)
 
 
 def _probe(candidate: Containment, learner_imports: tuple[str, ...]) -> str:
@@ -247,15 +262,13 @@ def _probe(candidate: Containment, learner_imports: tuple[str, ...]) -> str:
         Path(folder, "probe.py").write_text(script)
         with Sandbox(folder, containment=candidate, learner_imports=learner_imports) as box:
             result = box.run("probe.py", env={}, timeout=30)
-    except OSError as exc:
+    except (SandboxError, OSError) as exc:
         why = str(exc)[:200]
-        return PassingProblem(why) if exc.errno in _PASSING_ERRNOS else why
-    except SandboxError as exc:
-        return str(exc)[:200]
+        return TransientProblem(why) if exc.errno in _TRANSIENT_ERRNOS else why
     finally:
         tempdirs.remove_tree(folder)
     if result.stopped == "timeout" or result.returncode == -signal.SIGKILL:   # out of time, or killed (OOM)
-        return PassingProblem(result.describe()[:200])
+        return TransientProblem(result.describe()[:200])
     if result.returncode != 0:
         return (result.stderr_tail(1) or result.describe())[:200]
     if result.stdout.strip() != sys.version:

@@ -21,7 +21,6 @@ on for ever (`watch` hung after Ctrl-C in CI).
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import os
 import queue
 import random
@@ -53,17 +52,26 @@ def _die_with_parent(prctl, parent: int) -> None:
 _CHECK_PARENT = '[ "$PPID" = "$0" ] || exit 1; exec "$@"'
 
 
-@functools.lru_cache(maxsize=1)
+_setpriv_found: list[tuple[str, str] | None] = []     # the answer, once there is one that lasts
+
+
 def _setpriv() -> tuple[str, str] | None:
-    """setpriv (util-linux 2.33 or newer) and a POSIX shell, where both are here."""
+    """setpriv (util-linux 2.33 or newer) and a POSIX shell, where both are here. Looked for once per process (and
+    inherited by forks); a look that failed for a passing reason (out of processes, a timeout) is not kept: the
+    fallback it leads to is the preexec_fn that this module avoids where it can."""
+    if _setpriv_found:
+        return _setpriv_found[0]
     setpriv, shell = shutil.which("setpriv"), "/bin/sh"
     if setpriv is None or not os.access(shell, os.X_OK):
-        return None
-    try:
-        usage = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (setpriv, shell) if "--pdeathsig" in usage else None
+        found = None
+    else:
+        try:
+            usage = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = (setpriv, shell) if "--pdeathsig" in usage else None
+    _setpriv_found.append(found)
+    return found
 
 
 def prepare() -> None:

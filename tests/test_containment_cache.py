@@ -10,7 +10,7 @@ import time
 import pytest
 
 from retrylab import containment, containment_cache, sandbox
-from retrylab.containment import NAMESPACES_VARIABLE, Containment, PassingProblem
+from retrylab.containment import NAMESPACES_VARIABLE, Containment, TransientProblem
 
 MEASURED = Containment(unprivileged_uid=True, cgroups=("/sys/fs/cgroup/x",), notes=("a note",),
                        namespaces="bwrap", bwrap="/usr/bin/bwrap")
@@ -140,21 +140,21 @@ def test_an_unwritable_cache_folder_leaves_the_grading_measuring(cache_home):
 # -- a measurement from a busy moment (a probe that ran out of time) is used but not kept ---------------------------
 
 def test_a_measurement_weakened_for_a_passing_reason_is_not_kept(cache_home):
-    measure = Measure(Containment(notes=("namespaces through bwrap do not work here (timed out)",), passing=True))
-    assert containment_cache.cached(("redis",), measure).passing
-    assert containment_cache.cached(("redis",), measure).passing
+    measure = Measure(Containment(notes=("namespaces through bwrap do not work here (timed out)",), transient=True))
+    assert containment_cache.cached(("redis",), measure).transient
+    assert containment_cache.cached(("redis",), measure).transient
     assert measure.calls == 2                       # measured again: nothing was kept
     assert not list(cache_home.glob("containment-*.json"))
 
 
-@pytest.mark.parametrize("why, passing", [(PassingProblem("ran out of time"), True), ("Permission denied", False)])
-def test_detect_says_when_a_stronger_way_failed_for_a_passing_reason(why, passing, monkeypatch):
+@pytest.mark.parametrize("why, transient", [(TransientProblem("ran out of time"), True), ("Permission denied", False)])
+def test_detect_says_when_a_stronger_way_failed_for_a_passing_reason(why, transient, monkeypatch):
     monkeypatch.setenv(NAMESPACES_VARIABLE, "unshare")
     found = containment.detect(lambda candidate: why if candidate.namespaces else "")
-    assert found.namespaces == "" and found.passing is passing
+    assert found.namespaces == "" and found.transient is transient
     assert any("do not work here" in note for note in found.notes)
     clean = containment.detect(lambda candidate: "")
-    assert clean.namespaces == "unshare" and not clean.passing
+    assert clean.namespaces == "unshare" and not clean.transient
 
 
 class _Box:
@@ -181,15 +181,40 @@ def _ended(**how):
     return sandbox.ScriptResult(**{"script": "probe.py", "stdout": "", "stderr": "", "seconds": 30.0, **how})
 
 
-@pytest.mark.parametrize("result, passing", [
+@pytest.mark.parametrize("result, transient", [
     (_ended(returncode=None, stopped="timeout"), True),
     (_ended(returncode=-9, stopped=None), True),
     (OSError(errno.EAGAIN, "Resource temporarily unavailable"), True),
     (_ended(returncode=1, stopped=None, stderr="ModuleNotFoundError: No module named 'redis'\n"), False),
     (OSError(errno.EPERM, "Operation not permitted"), False),
+    # reported by the run's init or supervisor, whose errors reach the harness as text
+    (sandbox.SandboxError("could not run probe.py: BlockingIOError: [Errno 11] Resource temporarily unavailable"),
+     True),
+    (sandbox.SandboxError("could not run probe.py: supervisor: PermissionError: [Errno 1] Operation not permitted"),
+     False),
 ])
-def test_the_probe_says_which_failures_may_pass(result, passing, monkeypatch):
+def test_the_probe_says_which_failures_may_pass(result, transient, monkeypatch):
     monkeypatch.setattr(_Box, "result", result)
     monkeypatch.setattr(sandbox, "Sandbox", _Box)
     why = sandbox._probe(Containment(), ("redis",))
-    assert why and isinstance(why, PassingProblem) is passing, why
+    assert why and isinstance(why, TransientProblem) is transient, why
+
+
+def test_a_transient_measurement_is_not_kept_in_the_process_either(monkeypatch):
+    """The next use measures again (a grading forked from grade-batch's warm process would inherit it too)."""
+    monkeypatch.setattr(sandbox, "_detected", {})
+    monkeypatch.setenv(NAMESPACES_VARIABLE, "unshare")
+    answers = [TransientProblem("probe.py did not finish within 30 s")]
+    probes = []
+
+    def probe(candidate, learner_imports):
+        probes.append(candidate)
+        return answers.pop(0) if candidate.namespaces and answers else ""
+
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    first = sandbox.containment(("redis",))
+    assert first.transient and not first.namespaces
+    second = sandbox.containment(("redis",))
+    assert not second.transient and second.namespaces == "unshare"
+    measured = len(probes)
+    assert sandbox.containment(("redis",)) == second and len(probes) == measured    # a lasting answer is kept

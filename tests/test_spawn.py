@@ -61,3 +61,22 @@ def test_a_server_dies_when_the_thread_that_spawned_it_ends():
     grading = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     server = int(grading.stdout.split()[0])
     wait_until(lambda: not alive(server), "the server to end with its grading", timeout=10)
+
+
+def test_a_look_for_setpriv_that_failed_for_a_passing_reason_is_not_kept(monkeypatch):
+    """Kept, it would send every later server of the process (and of the gradings a warm process forks) to the
+    preexec_fn fallback."""
+    monkeypatch.setattr(spawn, "_setpriv_found", [])
+    monkeypatch.setattr(spawn.shutil, "which", lambda name: "/usr/bin/setpriv")
+
+    def out_of_processes(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(spawn.subprocess, "run", out_of_processes)
+    assert spawn._setpriv() is None
+    assert spawn._setpriv_found == []                       # looked for again next time
+    monkeypatch.setattr(spawn.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=" --pdeathsig <sig>\n"))
+    assert spawn._setpriv() == ("/usr/bin/setpriv", "/bin/sh")
+    monkeypatch.setattr(spawn.subprocess, "run", out_of_processes)
+    assert spawn._setpriv() == ("/usr/bin/setpriv", "/bin/sh")   # a lasting answer is kept
