@@ -177,7 +177,7 @@ def batch_throughput(count: int) -> list[str]:
         made = make_batch(Path(tmp) / "submissions", count)
         kinds = sum(e.kind == "correct" for e in made.values())
         base = base_busy = None    # rate and cores busy of the same kind of gradings at --jobs 1 (measured first)
-        for mode, jobs in itertools.product(("warm", "cold"), (1, 2)):
+        for mode, jobs in batch_settings():
             out = Path(tmp) / f"gradebook-{mode}-{jobs}.csv"
             before, cpu = load(), children_cpu()
             seconds = wall(MEASURED.command("grade-batch", str(Path(tmp) / "submissions"), "--jobs", str(jobs),
@@ -197,7 +197,7 @@ def batch_throughput(count: int) -> list[str]:
             if jobs == 1:
                 base, base_busy = rate, cpu / seconds
             ceiling = "-" if jobs == 1 else f"{speed_up_ceiling(jobs, base_busy):.2f}x"
-            target = "" if jobs == 1 else (" (target 1.8x: met)" if rate / base >= 1.8 else " (target 1.8x: missed)")
+            target = "" if jobs != 2 else (" (target 1.8x: met)" if rate / base >= 1.8 else " (target 1.8x: missed)")
             per_minute = f"{rate:.1f}" + ("" if (mode, jobs) != ("warm", 2) else
                                           " (target 70: met)" if rate >= 70 else " (target 70: missed)")
             lines.append(f"| {mode} | {jobs} | {count} ({kinds} correct) | {seconds:.1f} | {per_minute} | "
@@ -212,6 +212,14 @@ def batch_throughput(count: int) -> list[str]:
               "than one core busy (its learner processes and servers run beside the grading process, and its "
               "early runs beside its steps), and N gradings cannot use more cores than there are."]
     return lines + ([""] + notes if notes else [])
+
+
+def batch_settings() -> list[tuple[str, int]]:
+    """The batches measured: warm and cold gradings at --jobs 1 and 2 (the issue's targets), and warm ones at one
+    job more than there are cores: a grading waits at times (its learners' runs settle, servers answer), and a
+    job beside the cores fills those waits, which --jobs 2 on 2 cores cannot."""
+    extra = (os.cpu_count() or 1) + 1
+    return [("warm", 1), ("warm", 2), *((("warm", extra),) if extra > 2 else ()), ("cold", 1), ("cold", 2)]
 
 
 def speed_up_ceiling(jobs: int, busy_at_one_job: float) -> float:
