@@ -59,9 +59,9 @@ class Containment:
 class TransientProblem(str):
     """Why a way did not work that says nothing lasting of the machine: the probe ran out of time, was killed, or
     met a machine out of processes, memory or descriptors at that moment (a busy machine; a learner's run beside
-    it, even). The weaker containment it leads to is used for the grading that measured it, and nothing keeps it
-    (neither the process, sandbox.containment, nor containment_cache): the next grading measures again rather
-    than run weaker for a while."""
+    it, even). The weaker containment it leads to serves the process that measured it for a minute at most
+    (sandbox.containment), not the gradings it forks, and containment_cache does not keep it: the next grading
+    measures again rather than run weaker for a while."""
 
 
 def detect(problem: Callable[[Containment], str]) -> Containment:

@@ -208,6 +208,11 @@ class ScriptResult:
 # and kept a while across processes: containment_cache)
 
 _detected: dict[tuple[str, ...], Containment] = {}
+# A transient measurement (Containment.transient) serves only the process that made it, and only a while: every
+# run of a grading asks, and a probe that timed out would otherwise be waited for again at each run. A process
+# forked from it (grade-batch's warm one forks its gradings) measures for itself.
+_transient: dict[tuple[str, ...], tuple[Containment, int, float]] = {}
+TRANSIENT_KEPT = 60.0   # seconds
 _detect_lock = threading.Lock()
 
 
@@ -217,10 +222,16 @@ def containment(learner_imports: tuple[str, ...] = ()) -> Containment:
     with _detect_lock:
         if learner_imports in _detected:
             return _detected[learner_imports]
+        found, pid, when = _transient.get(learner_imports, (None, 0, 0.0))
+        if found is not None and pid == os.getpid() and time.monotonic() - when < TRANSIENT_KEPT:
+            return found
         measure = functools.partial(detect, functools.partial(_probe, learner_imports=learner_imports))
         found = containment_cache.cached(learner_imports, measure)
-        if not found.transient:     # weaker for a passing reason: the next use (a forked grading's too) measures
+        if found.transient:
+            _transient[learner_imports] = (found, os.getpid(), time.monotonic())
+        else:
             _detected[learner_imports] = found
+            _transient.pop(learner_imports, None)
         return found
 
 

@@ -200,11 +200,13 @@ def test_the_probe_says_which_failures_may_pass(result, transient, monkeypatch):
     assert why and isinstance(why, TransientProblem) is transient, why
 
 
-def test_a_transient_measurement_is_not_kept_in_the_process_either(monkeypatch):
-    """The next use measures again (a grading forked from grade-batch's warm process would inherit it too)."""
+def test_a_transient_measurement_serves_only_its_own_process_and_only_a_while(monkeypatch):
+    """Every run of a grading asks: within the process that measured, a minute at most (a probe that timed out is
+    not waited for at every run); a grading forked from it (grade-batch's warm process) measures for itself."""
     monkeypatch.setattr(sandbox, "_detected", {})
+    monkeypatch.setattr(sandbox, "_transient", {})
     monkeypatch.setenv(NAMESPACES_VARIABLE, "unshare")
-    answers = [TransientProblem("probe.py did not finish within 30 s")]
+    answers = [TransientProblem("probe.py did not finish within 30 s")] * 2
     probes = []
 
     def probe(candidate, learner_imports):
@@ -214,7 +216,13 @@ def test_a_transient_measurement_is_not_kept_in_the_process_either(monkeypatch):
     monkeypatch.setattr(sandbox, "_probe", probe)
     first = sandbox.containment(("redis",))
     assert first.transient and not first.namespaces
-    second = sandbox.containment(("redis",))
-    assert not second.transient and second.namespaces == "unshare"
     measured = len(probes)
-    assert sandbox.containment(("redis",)) == second and len(probes) == measured    # a lasting answer is kept
+    assert sandbox.containment(("redis",)) is first and len(probes) == measured      # the same process, soon after
+    real_pid = os.getpid()
+    monkeypatch.setattr(sandbox.os, "getpid", lambda: real_pid + 1)                  # a forked grading
+    assert sandbox.containment(("redis",)).transient and len(probes) > measured
+    monkeypatch.setattr(sandbox, "TRANSIENT_KEPT", 0.0)                               # a minute later
+    lasting = sandbox.containment(("redis",))
+    assert not lasting.transient and lasting.namespaces == "unshare"
+    measured = len(probes)
+    assert sandbox.containment(("redis",)) == lasting and len(probes) == measured    # a lasting answer is kept
