@@ -127,8 +127,9 @@ def tree_threads(root: int) -> int:
 
 def own_threads() -> int:
     """Threads of this process as the kernel counts them: the interpreter's, and those a C library started on its
-    own (a Kafka or NATS client's), which threading.active_count() does not see. A process about to fork must have
-    only one: a lock another thread held would stay held in the child. Unreadable, it is taken as more than one."""
+    own (a broker's client library may), which threading.active_count() does not see. A process about to fork
+    must have only one: a lock another thread held would stay held in the child. Unreadable, it is taken as more
+    than one."""
     try:
         return len(os.listdir("/proc/self/task"))
     except OSError:
