@@ -130,10 +130,8 @@ def own_threads() -> int:
     own (a broker's client library may), which threading.active_count() does not see. A process about to fork
     must have only one: a lock another thread held would stay held in the child. Unreadable, it is taken as more
     than one."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 2
+    threads = _status(os.getpid(), b"Threads:")
+    return int(threads[0]) if threads else 2
 
 
 def _status(pid: int, field: bytes) -> list[bytes] | None:

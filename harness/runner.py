@@ -289,10 +289,10 @@ def _heap_frozen():
     The relay and the application channel are threads of this process (the brokers' servers are processes of their
     own): a full collection holds them while it walks the heap, and the learner's commands and calls wait. Its
     length grows with the heap: tens of milliseconds in a CLI grading, a hundred and more in a test worker that has
-    graded many submissions. Step 2 of a lab compares retry waits with a margin of 100 ms, so such a pause in one wait and
-    not the other fails a correct consumer. Frozen (gc.freeze), the old heap is skipped; what the runs allocate
-    is still collected. It is unfrozen when the last run ends, unless the process had frozen objects of its own
-    before (a host that manages its collector that way keeps its choice)."""
+    graded many submissions. Step 2 of a lab compares retry waits with a margin of 100 ms, so such a pause in one
+    wait and not the other fails a correct consumer. Frozen (gc.freeze), the old heap is skipped; what the runs
+    allocate is still collected. It is unfrozen when the last run ends, unless the process had frozen objects of
+    its own before (a host that manages its collector that way keeps its choice)."""
     with _frozen_lock:
         # counted: this run froze the heap or joins runs that did; not where the process froze objects itself
         counted = _frozen_by_runs[0] > 0 or gc.get_freeze_count() == 0

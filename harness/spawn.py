@@ -57,7 +57,7 @@ _setpriv_found: list[tuple[str, str] | None] = []     # the answer, once there i
 
 def _setpriv() -> tuple[str, str] | None:
     """setpriv (util-linux 2.33 or newer) and a POSIX shell, where both are here. Looked for once per process (and
-    inherited by forks); a look that failed for a passing reason (out of processes, a timeout) is not kept: the
+    inherited by forks); a look that failed for a transient reason (out of processes, a timeout) is not kept: the
     fallback it leads to is the preexec_fn that this module avoids where it can."""
     if _setpriv_found:
         return _setpriv_found[0]

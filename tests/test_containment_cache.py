@@ -137,9 +137,9 @@ def test_an_unwritable_cache_folder_leaves_the_grading_measuring(cache_home):
     assert measure.calls == 2
 
 
-# -- a measurement from a busy moment (a probe that ran out of time) is used but not kept ---------------------------
+# -- a measurement from a busy moment (a probe that ran out of time) is not cached ----------------------------------
 
-def test_a_measurement_weakened_for_a_passing_reason_is_not_kept(cache_home):
+def test_a_measurement_weakened_for_a_transient_reason_is_not_cached(cache_home):
     measure = Measure(Containment(notes=("namespaces through bwrap do not work here (timed out)",), transient=True))
     assert containment_cache.cached(("redis",), measure).transient
     assert containment_cache.cached(("redis",), measure).transient
@@ -148,7 +148,7 @@ def test_a_measurement_weakened_for_a_passing_reason_is_not_kept(cache_home):
 
 
 @pytest.mark.parametrize("why, transient", [(TransientProblem("ran out of time"), True), ("Permission denied", False)])
-def test_detect_says_when_a_stronger_way_failed_for_a_passing_reason(why, transient, monkeypatch):
+def test_detect_says_when_a_stronger_way_failed_for_a_transient_reason(why, transient, monkeypatch):
     monkeypatch.setenv(NAMESPACES_VARIABLE, "unshare")
     found = containment.detect(lambda candidate: why if candidate.namespaces else "")
     assert found.namespaces == "" and found.transient is transient
@@ -193,7 +193,7 @@ def _ended(**how):
     (sandbox.SandboxError("could not run probe.py: supervisor: PermissionError: [Errno 1] Operation not permitted"),
      False),
 ])
-def test_the_probe_says_which_failures_may_pass(result, transient, monkeypatch):
+def test_the_probe_says_which_failures_are_transient(result, transient, monkeypatch):
     monkeypatch.setattr(_Box, "result", result)
     monkeypatch.setattr(sandbox, "Sandbox", _Box)
     why = sandbox._probe(Containment(), ("redis",))

@@ -63,7 +63,7 @@ def test_a_server_dies_when_the_thread_that_spawned_it_ends():
     wait_until(lambda: not alive(server), "the server to end with its grading", timeout=10)
 
 
-def test_a_look_for_setpriv_that_failed_for_a_passing_reason_is_not_kept(monkeypatch):
+def test_a_look_for_setpriv_that_failed_for_a_transient_reason_is_not_kept(monkeypatch):
     """Kept, it would send every later server of the process (and of the gradings a warm process forks) to the
     preexec_fn fallback."""
     monkeypatch.setattr(spawn, "_setpriv_found", [])
