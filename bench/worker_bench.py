@@ -42,8 +42,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import redis
-
 from retrylab.brokers.redis.server_process import RedisServerProcess
 
 HERE = Path(__file__).resolve().parent
