@@ -148,6 +148,10 @@ def install() -> None:
 
     _offset = _starting_offset()
     _traveller = time_machine.travel(time.time() + _offset, tick=True).start()
+    # time-machine starts ticking at the first read of the time, not at start(): read it now. Else the process's
+    # clock stays behind the run's by all its start-up before that read (imports, a client's set-up), which is
+    # seconds on a busy machine: a retry due one interval after a failure then came seconds early on the run's clock
+    time.time()
     time.sleep = sleep
     time.monotonic, time.monotonic_ns = monotonic, monotonic_ns
     time.perf_counter, time.perf_counter_ns = perf_counter, perf_counter_ns
