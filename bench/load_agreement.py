@@ -42,6 +42,7 @@ from retrylab import brokers
 from retrylab import exercise as exercises
 from retrylab.procfs import find_processes
 from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
+from retrylab.supervisor import kill
 
 TAG = f"loadbench{os.getpid()}"
 HOG = "while True: pass"
@@ -108,10 +109,10 @@ class Load:
     def _freeze(self, seconds: float) -> None:
         marker = f"{RUN_ID_VARIABLE}={TAG}-"
         while not self.stopping.is_set():
-            frozen = [pid for pid in find_processes(marker) if _signal(pid, signal.SIGSTOP)]
+            frozen = find_processes(marker)
+            kill(frozen, signal.SIGSTOP)
             self.stopping.wait(seconds)
-            for pid in frozen:
-                _signal(pid, signal.SIGCONT)
+            kill(frozen, signal.SIGCONT)     # kill() passes over a process that has ended meanwhile
             self.stopping.wait(1.0)
 
     def stop(self) -> None:
@@ -121,14 +122,6 @@ class Load:
             hog.wait()
         for thread in self.threads:
             thread.join()
-
-
-def _signal(pid: int, number: int) -> bool:
-    try:
-        os.kill(pid, number)
-        return True
-    except OSError:
-        return False
 
 
 def main(argv=None) -> int:

@@ -37,6 +37,7 @@ from retrylab.fixtures.stream_consumer import corpus
 from retrylab.grading import pytest_args
 from retrylab.procfs import find_processes
 from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
+from retrylab.supervisor import kill
 
 TAG = f"stall{os.getpid()}"
 DEFAULT_CASES = (("wrong/constant-min-idle", 2), ("correct/not-before-schedule", 1),
@@ -55,16 +56,9 @@ class _Reference:
 
 def _freeze(seconds: float) -> None:
     """Stop this script's learner processes for `seconds` (a timer thread lets them go on)."""
-    frozen = [pid for pid in find_processes(f"{RUN_ID_VARIABLE}={TAG}-") if _signal(pid, signal.SIGSTOP)]
-    threading.Timer(seconds, lambda: [_signal(pid, signal.SIGCONT) for pid in frozen]).start()
-
-
-def _signal(pid: int, number: int) -> bool:
-    try:
-        os.kill(pid, number)
-        return True
-    except OSError:
-        return False
+    frozen = find_processes(f"{RUN_ID_VARIABLE}={TAG}-")
+    kill(frozen, signal.SIGSTOP)
+    threading.Timer(seconds, kill, (frozen, signal.SIGCONT)).start()
 
 
 def _freezing_app(after: int, seconds: float):
