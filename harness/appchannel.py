@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from retrylab import i18n
+from retrylab import i18n, procfs
 from retrylab.calllog import BYTES, CALLS, MALFORMED, Call, CallRecord, RecordLimit
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
@@ -54,6 +54,7 @@ ID_LIMIT = 256               # characters of an id kept as it is; a seeded id is
 MAX_RECORD_BYTES = 32 << 20  # of all a run's records: an honest run keeps well under 1 MB
 OUTBOX_CAP = 256 << 10       # bytes of replies waiting for a connection before its requests wait too
 _HEADER = struct.Struct(">I")
+_PEERCRED = struct.Struct("3i")    # struct ucred: pid, uid, gid
 _MAX_SLEEP = 10 * 365 * 86400.0   # one sleep moves the clock at most this far (a sleep(1e300) stays finite)
 
 
@@ -151,6 +152,7 @@ class _Connection:
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
     closing: bool = False       # the stream cannot be framed any more: close once the outbox is sent
+    peer: int | None = None     # the pid that connected, as the kernel says (SO_PEERCRED), not as the learner does
 
 
 class AppChannel:
@@ -246,7 +248,7 @@ class AppChannel:
             sock.close()    # the stub says the channel is closed; nothing is recorded
             return
         sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ, _Connection(sock))
+        self._selector.register(sock, selectors.EVENT_READ, _Connection(sock, peer=_peer_pid(sock)))
 
     def _read(self, connection: _Connection) -> None:
         data = connection.sock.recv(65536)
@@ -286,7 +288,7 @@ class AppChannel:
                 return
             frame = bytes(connection.inbox[_HEADER.size:_HEADER.size + length])
             del connection.inbox[:_HEADER.size + length]
-            self._reply(connection, self._answer(frame))
+            self._reply(connection, self._answer(frame, connection.peer))
 
     @staticmethod
     def _frame_waiting(connection: _Connection) -> bool:
@@ -322,7 +324,7 @@ class AppChannel:
 
     # requests ----------------------------------------------------------------------------------
 
-    def _answer(self, frame: bytes) -> dict:
+    def _answer(self, frame: bytes, peer: int | None = None) -> dict:
         try:
             request = _decode(frame)
             if request["op"] == "advance":
@@ -334,7 +336,7 @@ class AppChannel:
         if self.record.full:
             self.record.refuse()    # not kept: the run is over its limit, and is being stopped
             return self._refusal()
-        return self._call(fn, args, pid)
+        return self._call(fn, args, pid, peer)
 
     def _refusal(self) -> dict:
         limit = self.record.exceeded or RecordLimit(CALLS, self.record.limit)
@@ -342,8 +344,8 @@ class AppChannel:
                 else f"more than {limit.value} calls")
         return self._error_reply("RuntimeError", f"retrylab: {over}; this run is being stopped")
 
-    def _call(self, fn: str, args: tuple[Argument, ...], pid: int | None) -> dict:
-        t, offset = self.clock.now(), self.clock.offset
+    def _call(self, fn: str, args: tuple[Argument, ...], pid: int | None, peer: int | None = None) -> dict:
+        t, offset, waited = self.clock.now(), self.clock.offset, _cpu_waited(peer)
         try:
             decision = self.application.decide(fn, args)
         except Exception as exc:  # noqa: BLE001 - a bug in an application must not end the channel
@@ -356,7 +358,7 @@ class AppChannel:
             t=t, id=bounded_id(decision.id), is_dict=bool(first and first.decoded and isinstance(first.value, dict)),
             arg=first.text[:ARG_TEXT_LIMIT] if first else "", outcome="error" if error else "ok",
             error=message, error_class=type(error).__name__ if error else None,
-            offset=offset, pid=pid, fn=fn, altered=decision.altered))
+            offset=offset, pid=pid, fn=fn, altered=decision.altered, cpu_wait=waited))
         if not recorded:    # over the record's budget: refused like a call past the limit
             return self._refusal()
         now = self.clock.advance(decision.seconds)
@@ -400,6 +402,25 @@ def _decode(frame: bytes) -> dict:
     if not isinstance(request, dict) or request.get("op") not in ("call", "advance"):
         raise ChannelError("not_request")
     return request
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The pid of the process that connected `sock` (in this process's pid namespace), None if unknown."""
+    try:
+        pid, _, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    except (OSError, AttributeError, struct.error):
+        return None
+    return pid or None
+
+
+def _cpu_waited(peer: int | None) -> float | None:
+    """How long a busy machine has kept the calling process from a CPU so far (Call.cpu_wait): its threads' waits
+    for a CPU, this thread's (which stamps the call's time), and the machine's steal time. None when the kernel
+    cannot tell (no peer pid, no schedstat)."""
+    learner = procfs.cpu_wait(peer) if peer else None
+    if learner is None:
+        return None
+    return learner + (procfs.own_cpu_wait() or 0.0) + procfs.steal()
 
 
 def _seconds(value) -> float:

@@ -173,3 +173,46 @@ def find_processes(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def cpu_wait(pid: int) -> float | None:
+    """Seconds the threads of process `pid` have waited, runnable, for a CPU (their run_delay in the kernel's
+    /proc/PID/task/TID/schedstat), summed; None if it is gone or the kernel keeps no schedstat. The sum of
+    several threads can count one moment more than once: a measure of how much a busy machine may have
+    delayed the process, never less than any one thread's wait."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total, seen = 0, False
+    for tid in tasks:
+        waited = _run_delay(f"/proc/{pid}/task/{tid}/schedstat")
+        if waited is not None:
+            total, seen = total + waited, True
+    return total / 1e9 if seen else None
+
+
+def own_cpu_wait() -> float | None:
+    """Seconds the calling thread has waited, runnable, for a CPU; None where the kernel keeps no schedstat."""
+    waited = _run_delay("/proc/thread-self/schedstat")
+    return None if waited is None else waited / 1e9
+
+
+def steal() -> float:
+    """Seconds of CPU the machine's hypervisor gave to others while this machine wanted it (the steal column of
+    /proc/stat, all CPUs together); 0.0 where it is not counted."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _run_delay(path: str) -> int | None:
+    """The second field of a schedstat file: nanoseconds spent runnable but waiting for a CPU."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import struct
 import threading
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from retrylab import procfs
 from retrylab.appchannel import ARG_TEXT_LIMIT, ID_LIMIT, MAX_FRAME, AppChannel, describe_call_limit
 from retrylab.calllog import BYTES, CALLS, MALFORMED, RecordLimit
 from retrylab.fixtures.backoff_dlq import message_factory, taskproc
@@ -85,6 +87,28 @@ def test_a_request_claiming_its_own_outcome_is_decided_by_the_harness(channel, s
     assert reply["error"]["class"] == "TaskRejected"
     (call,) = channel.calls()
     assert (call.id, call.outcome, call.error_class) == (seeded[1]["id"], "error", "TaskRejected")
+
+
+def test_a_call_carries_how_long_the_process_that_connected_waited_for_a_cpu_whatever_pid_it_states(
+        channel, seeded, monkeypatch):
+    """The kernel's pid of the connection (SO_PEERCRED) is asked, not the pid the request states (1 here)."""
+    asked = []
+    monkeypatch.setattr(procfs, "cpu_wait", lambda pid: asked.append(pid) or 0.25)
+    _raw(channel, _call(seeded[0]))
+    (call,) = channel.calls()
+    assert asked == [os.getpid()] and call.pid == 1
+    assert call.cpu_wait >= 0.25       # the process's wait, the harness thread's and the machine's steal
+
+
+def test_a_call_whose_process_the_kernel_cannot_tell_carries_no_cpu_wait(channel, seeded, monkeypatch):
+    monkeypatch.setattr(procfs, "cpu_wait", lambda pid: None)
+    _raw(channel, _call(seeded[0]))
+    assert channel.calls()[0].cpu_wait is None
+
+
+def test_procfs_reads_waits_for_a_cpu_from_the_kernel():
+    assert procfs.cpu_wait(os.getpid()) >= 0.0 and procfs.own_cpu_wait() >= 0.0 and procfs.steal() >= 0.0
+    assert procfs.cpu_wait(2 ** 22 + 1) is None       # no such process (pid_max is at most 2**22)
 
 
 @pytest.mark.parametrize("data, problem", [
