@@ -127,6 +127,10 @@ def _step_result(step: exercises.Step, phases: list[Phase], exercise: exercises.
                           **base)
     if not failed:
         return StepResult(status="pass", output=output, seconds=seconds, **base)
+    unjudged = next((p.record.unjudged for p in failed if p.record.unjudged is not None), None)
+    if unjudged is not None:
+        return StepResult(status="error", output=output, seconds=seconds,
+                          message=i18n.label("grading.not_judged", reason=unjudged), **base)
     crash = next((p.report for p in failed if not p.verdict), None)
     if crash is not None:
         return StepResult(status="error", output=output, seconds=seconds,

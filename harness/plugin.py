@@ -17,7 +17,7 @@ from retrylab import exercise as exercises
 from retrylab import i18n, options, tempdirs
 from retrylab.limits import StepClock, StepTimeLimit, step_label
 from retrylab.runner import LearnerRunner
-from retrylab.verdict import CheckFailed
+from retrylab.verdict import CannotJudge, CheckFailed
 
 CLOCK = pytest.StashKey[StepClock]()
 LANGUAGE = pytest.StashKey[object]()   # the token of the language made current for the session
@@ -36,6 +36,7 @@ class CheckRecord:
     output: list[str] = dataclasses.field(default_factory=list)   # what the learner's scripts printed
     location: tuple[str, int | None] | None = None   # where in the learner's files a failure points
     verdicts: set[str] = dataclasses.field(default_factory=set)   # phases whose failure is a verdict, no crash
+    unjudged: str | None = None             # why the check could not judge the step (CannotJudge), no crash
 
 
 RECORD = pytest.StashKey[CheckRecord]()
@@ -281,6 +282,9 @@ def pytest_runtest_makereport(item, call):
     if call.excinfo is not None and call.excinfo.errisinstance(CheckFailed):
         # A learner-facing verdict, not a harness bug: show the message without a traceback.
         _verdict(item, report, call.excinfo.value.message)
+    elif call.excinfo is not None and call.excinfo.errisinstance(CannotJudge):
+        report.longrepr = call.excinfo.value.message    # not graded, and said why: no traceback
+        record_of(item).unjudged = call.excinfo.value.message
     timed = _timed(item) if call.when in ("setup", "call") else None
     if timed is None:
         return

@@ -1,4 +1,5 @@
-"""How a check says "this step fails": raise CheckFailed with a message a learner can act on."""
+"""How a check says "this step fails": raise CheckFailed with a message a learner can act on; or, when it
+cannot tell, "this step was not graded": raise CannotJudge saying why."""
 from __future__ import annotations
 
 from typing import NoReturn
@@ -17,6 +18,19 @@ class CheckFailed(Exception):
             message = bidi.truncate(message, MESSAGE_LIMIT - len(notice), "") + notice
         super().__init__(message)
         self.message = message
+
+
+class CannotJudge(Exception):
+    """The harness could not tell whether the submission meets the step (e.g. a machine too busy to time what
+    the step times): the step is reported as not graded ("error"), with the message, never as a verdict."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def cannot_judge(message: str) -> NoReturn:
+    raise CannotJudge(message)
 
 
 def fail(message: str) -> NoReturn:
