@@ -30,6 +30,12 @@ class Redelivery:
     min_idle_ms: int | None         # of the claim that brought it back (None: no claim seen, or a re-read did)
     delivered_at: float | None = None     # Command.at of the last command that could have delivered it before
     eager: bool = False             # claimed when due with min-idle_ms, polling toward it (claimed_when_due)
+    # How much a busy machine may have moved the gap between the calls (from Call.cpu_wait: seconds the consumer,
+    # and the harness thread that stamped its calls, waited for a CPU, with the machine's steal): `stretched`
+    # in the gap itself, which can only lengthen it; `shortened` just before the failed call, which can only have
+    # made that call late and the gap short. 0.0 where the kernel could not tell.
+    stretched: float = 0.0
+    shortened: float = 0.0
 
     @property
     def gap(self) -> float:
@@ -41,6 +47,11 @@ class Redelivery:
     def call_gap(self) -> float:
         """From the failed call to this one."""
         return self.at - self.failed_at
+
+    @property
+    def quiet_gap(self) -> tuple[float, float]:
+        """The least and the most call_gap would have been on a machine that kept no one waiting for a CPU."""
+        return max(0.0, self.call_gap - self.stretched), self.call_gap + self.shortened
 
 
 def _key(command) -> bytes | None:
@@ -184,8 +195,23 @@ def claimed_when_due(commands, entry_id: bytes, start: float, failed_at: float, 
     return not any(c.read_timeout == 0.0 or c.at + c.read_timeout >= due + lab.MIN_RETRY_GAP for c in reads)
 
 
-def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
-    """Each call that follows a failed call of the same order (`calls`: that order's, by time)."""
+def cpu_waited(earlier, later) -> float:
+    """How long a busy machine kept the process that made call `later` from a CPU since call `earlier` (Call.cpu_wait);
+    0.0 when the kernel could not tell, or the two calls came from different processes (as they say: a learner
+    that lies about it only loses the allowance)."""
+    if earlier is None or earlier.cpu_wait is None or later.cpu_wait is None or earlier.pid != later.pid:
+        return 0.0
+    return max(0.0, later.cpu_wait - earlier.cpu_wait)
+
+
+def _call_before(every_call, call):
+    """The last call of `call`'s process before it (None: it was the first)."""
+    return next((c for c in reversed(every_call) if c.t < call.t and c.pid == call.pid), None)
+
+
+def redeliveries(calls, commands, entry_id: bytes, every_call=()) -> list[Redelivery]:
+    """Each call that follows a failed call of the same order (`calls`: that order's, by time; `every_call`: the
+    run's calls of any order, by time, for how much a busy machine may have moved each gap)."""
     found = []
     for before, call in zip(calls, calls[1:]):
         if before.outcome != "error":
@@ -198,7 +224,9 @@ def redeliveries(calls, commands, entry_id: bytes) -> list[Redelivery]:
         delivered_at = delivered[-1] if delivered else None
         start = before.t if delivered_at is None else delivered_at
         eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim, call.t)
-        found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim), delivered_at, eager))
+        shortened = cpu_waited(_call_before(every_call, before), before) if every_call else 0.0
+        found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim), delivered_at, eager,
+                                stretched=cpu_waited(before, call), shortened=shortened))
     return found
 
 
@@ -213,19 +241,29 @@ def claimed_with(redelivered: Redelivery) -> int | None:
     return m
 
 
-def waits_grow(first: Redelivery, second: Redelivery) -> bool:
-    """Whether the second wait is longer than the first: by the min-idle the entry was claimed with (both
-    at least MIN_RETRY_GAP, each agreeing with its wait), or by the observed gaps, the second longer by
-    MIN_RETRY_GAP at least (a constant min-idle seen through a poll period of up to 100 ms must not pass by
-    chance). Known limit of the gaps: a min-idle counts from the delivery, the gap from the failed call, so a
-    constant min-idle whose first delivery came in a batch processed slowly (a very busy machine) shows a first
-    gap shorter by that processing; the claims' own min-idle is judged first for that reason. And a busy machine
-    stretches any gap: a consumer that claimed each time at its first look that could find the entry due, with
-    the same min-idle, waited that min-idle both times (claimed_when_due), so its gaps are not read at all. One
-    that sleeps its waits out, or keeps a schedule of its own, is still judged on gaps a busy machine can skew."""
+def waits_grow(first: Redelivery, second: Redelivery) -> bool | None:
+    """Whether the second wait is longer than the first; None when a busy machine may have decided it.
+
+    Longer by the min-idle the entry was claimed with (both at least MIN_RETRY_GAP, each agreeing with its
+    wait: the server enforced them, whatever the machine did). Not longer when the consumer claimed each time at
+    its first look that could find the entry due, with the same min-idle (claimed_when_due): it waited that
+    min-idle both times, and a longer second gap is the machine's doing. Else on the gaps between the calls: the
+    second longer by MIN_RETRY_GAP at least (a constant min-idle seen through a poll period of up to 100 ms must
+    not pass by chance), judged on what each gap would have been on a machine that kept no one waiting for a
+    CPU (Redelivery.quiet_gap). A consumer kept from a CPU in its second wait shows a longer second gap, one kept
+    in its first a longer first gap: the gaps decide only when they would have decided the same way without those
+    waits, and None says they could not (the run is made again).
+    Known limit of the gaps: a min-idle counts from the delivery, the gap from the failed call, so a constant
+    min-idle whose first delivery came in a batch processed slowly shows a first gap shorter by that processing;
+    the claims' own min-idle is judged first for that reason."""
     idle1, idle2 = claimed_with(first), claimed_with(second)
     if idle1 is not None and idle2 is not None and lab.MIN_RETRY_GAP * 1000 <= idle1 < idle2:
         return True
     if first.eager and second.eager and first.min_idle_ms == second.min_idle_ms:
         return False                    # each wait was the same min-idle: a longer second gap is the machine's doing
-    return second.call_gap >= first.call_gap + lab.MIN_RETRY_GAP
+    (least1, most1), (least2, most2) = first.quiet_gap, second.quiet_gap
+    if least2 >= most1 + lab.MIN_RETRY_GAP:
+        return True
+    if most2 < least1 + lab.MIN_RETRY_GAP:
+        return False
+    return None

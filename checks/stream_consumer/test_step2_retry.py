@@ -7,15 +7,25 @@ is immediate when even its longest bound is under MIN_RETRY_GAP; it grows when t
 gave the entry back grows (both >= MIN_RETRY_GAP, each agreeing with its observed wait), or when the second
 gap between the calls is longer than the first's by MIN_RETRY_GAP at least (redelivery.waits_grow). A busy
 machine never makes a correct consumer look immediate.
+
+How long the consumer, and the harness thread that stamps its calls, waited for a CPU is known per call
+(Call.cpu_wait, from the kernel): the gaps decide only if they would have decided the same way had nobody
+waited. When they would not, the run is made again (a busy moment seldom hits twice at the same place), and if
+no run can tell, the step is reported as not graded, saying why: a busy machine never decides step 2's verdict.
 """
 import pytest
 
 from retrylab import runreport
 from retrylab.checks.stream_consumer import lab, observe, redelivery, streams
 from retrylab.checks.stream_consumer.catalog import tr
-from retrylab.verdict import fail
+from retrylab.checks.stream_consumer.run_retry import observe_retry
+from retrylab.checks.stream_consumer.settling import RUN_TIMEOUT
+from retrylab.verdict import cannot_judge, fail
 
 pytestmark = pytest.mark.step(2)
+
+RERUNS = 2              # runs made again when a busy machine may have decided whether the waits grow
+RERUN_SLACK = 5.0       # seconds of the step's time limit kept beyond a run's own bound before one is made again
 
 
 def _ms(seconds: float) -> int:
@@ -42,20 +52,21 @@ def _why_not_applied(retry, calls) -> None:
     fail(tr("step2.never_redelivered", id=order_id, failures=len(calls), stream=lab.STREAM, how=how))
 
 
-def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, request):
-    run = retry_run.run
-    runreport.attach_runs(request.node, run)
+def _judge(retry) -> bool:
+    """Step 2 on one retry run: True if it passes, False if a busy machine may have decided whether its waits
+    grow (redelivery.waits_grow); fails with what to fix otherwise."""
+    run = retry.run
     observe.require_script(run, "consumer.py")
-    observe.require_honest_calls(run, retry_run.seeded)
-    flaky = retry_run.flaky
-    order_id, entry_id = flaky["order_id"], retry_run.entry_id(flaky)
+    observe.require_honest_calls(run, retry.seeded)
+    flaky = retry.flaky
+    order_id, entry_id = flaky["order_id"], retry.entry_id(flaky)
     calls = observe.calls_for(run, order_id)
     applied = observe.effects(run)[order_id]
     if applied == 0:
-        _why_not_applied(retry_run, calls)
+        _why_not_applied(retry, calls)
     if applied > 1:
         fail(tr("step2.applied_twice", id=order_id, count=applied))
-    again = redelivery.redeliveries(calls, run.commands, entry_id)
+    again = redelivery.redeliveries(calls, run.commands, entry_id, sorted(run.calls, key=lambda c: c.t))
     if len(again) < lab.FLAKY_FAILURES:   # calls from processes side by side, recorded out of order
         fail(tr("step2.never_redelivered", id=order_id, failures=len(calls) - 1, stream=lab.STREAM,
                 how=runreport.how_it_ran(run)))
@@ -70,8 +81,9 @@ def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, 
                     start=streams.text(past[0].args[5])))
         fail(tr("step2.no_claim", id=order_id, stream=lab.STREAM))
     first, second = again[0], again[1]
-    if redelivery.waits_grow(first, second):
-        return
+    grows = redelivery.waits_grow(first, second)
+    if grows is not False:
+        return bool(grows)
     for number, redelivered in enumerate(again[:2], start=2):
         if redelivered.min_idle_ms is not None and redelivery.claimed_with(redelivered) is None:
             fail(tr("step2.claim_not_taken", id=order_id, n=number, gap_ms=_ms(redelivered.gap),
@@ -79,3 +91,18 @@ def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, 
     shown = [str(r.min_idle_ms) if r.min_idle_ms is not None else "?" for r in (first, second)]
     fail(tr("step2.not_growing", id=order_id, gap1_ms=_ms(first.gap), gap2_ms=_ms(second.gap),
             idle1=shown[0], idle2=shown[1], margin_ms=_ms(lab.MIN_RETRY_GAP)))
+
+
+def _time_for_a_run(learner) -> bool:
+    left = learner.clock.remaining() if learner.clock else None
+    return left is None or left >= RUN_TIMEOUT + RERUN_SLACK
+
+
+def test_flaky_entry_reclaimed_after_growing_waits_then_applied_once(retry_run, request, learner, redis_backend):
+    retry, runs = retry_run, 1
+    runreport.attach_runs(request.node, retry.run)
+    while not _judge(retry):
+        if runs > RERUNS or not _time_for_a_run(learner):
+            cannot_judge(tr("step2.too_busy", runs=runs, margin_ms=_ms(lab.MIN_RETRY_GAP)))
+        retry, runs = observe_retry(learner, redis_backend), runs + 1
+        runreport.attach_runs(request.node, retry.run)
