@@ -9,9 +9,10 @@ gap between the calls is longer than the first's by MIN_RETRY_GAP at least (rede
 machine never makes a correct consumer look immediate.
 
 How long the consumer, and the harness thread that stamps its calls, waited for a CPU is known per call
-(Call.cpu_wait, from the kernel): the gaps decide only if they would have decided the same way had nobody
-waited. When they would not, the run is made again (a busy moment seldom hits twice at the same place), and if
-no run can tell, the step is reported as not graded, saying why: a busy machine never decides step 2's verdict.
+(Call.cpu_wait, from the kernel), and how long it spent on other orders in each gap from the call log and the
+relay's record: the gaps decide only if they would have decided the same way without either. When they would
+not, the run is made again (a busy moment seldom hits twice at the same place), and if no run can tell, the
+step is reported as not graded, saying why: a busy machine never decides step 2's verdict.
 """
 import pytest
 
@@ -24,7 +25,7 @@ from retrylab.verdict import cannot_judge, fail
 
 pytestmark = pytest.mark.step(2)
 
-RERUNS = 2              # runs made again when a busy machine may have decided whether the waits grow
+RERUNS = 4              # runs made again when a busy machine may have decided whether the waits grow (time allowing)
 RERUN_SLACK = 5.0       # seconds of the step's time limit kept beyond a run's own bound before one is made again
 
 
@@ -66,7 +67,9 @@ def _judge(retry) -> bool:
         _why_not_applied(retry, calls)
     if applied > 1:
         fail(tr("step2.applied_twice", id=order_id, count=applied))
-    again = redelivery.redeliveries(calls, run.commands, entry_id, sorted(run.calls, key=lambda c: c.t))
+    others = [o for o in retry.seeded if o["order_id"] != order_id and o["order_id"] in retry.ids]
+    again = redelivery.redeliveries(calls, run.commands, entry_id, run.calls, others=(
+        {o["order_id"].encode() for o in others}, {retry.ids[o["order_id"]] for o in others}))
     if len(again) < lab.FLAKY_FAILURES:   # calls from processes side by side, recorded out of order
         fail(tr("step2.never_redelivered", id=order_id, failures=len(calls) - 1, stream=lab.STREAM,
                 how=runreport.how_it_ran(run)))
