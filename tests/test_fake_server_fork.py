@@ -102,6 +102,7 @@ def test_the_forked_server_dies_when_the_grading_is_killed():
 def test_with_other_threads_or_warm_start_off_the_server_is_a_new_interpreter():
     for options in ({"threads": "python"}, {"threads": "native"}, {"env": {"RETRYLAB_WARM_START": "0"}}):
         out, err = _run(**options).communicate(timeout=60)
+        assert out.strip(), (options, err[-3000:])     # CI once saw no line at all here: say what the script said
         first = json.loads(out.splitlines()[0])
         assert first["kind"] == "Popen" and first["pong"] is True and first["sigpipe_ignored"] is True, (options, err)
         assert not first["cmdline_is_ours"], options
