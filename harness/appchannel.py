@@ -358,7 +358,7 @@ class AppChannel:
             t=t, id=bounded_id(decision.id), is_dict=bool(first and first.decoded and isinstance(first.value, dict)),
             arg=first.text[:ARG_TEXT_LIMIT] if first else "", outcome="error" if error else "ok",
             error=message, error_class=type(error).__name__ if error else None,
-            offset=offset, pid=pid, fn=fn, altered=decision.altered, cpu_wait=waited))
+            offset=offset, pid=pid, fn=fn, altered=decision.altered, cpu_wait=waited, peer=peer))
         if not recorded:    # over the record's budget: refused like a call past the limit
             return self._refusal()
         now = self.clock.advance(decision.seconds)

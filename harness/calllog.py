@@ -28,11 +28,11 @@ class Call:
     pid: int | None = None           # the learner process that made the call (as it said)
     fn: str = "process"              # the module's function called
     altered: str | None = None       # a seeded message's field the argument changed ("kind"), None: unchanged
-    # Seconds the calling process (the kernel's pid of the connection) had waited, ready, for a CPU up to this
-    # call, with the harness thread that stamped it and the machine's steal time (appchannel._cpu_waited); None
-    # when the kernel cannot tell. Between two calls of one process, its growth bounds how much a busy machine
-    # may have stretched the gap between them.
+    # Seconds the calling process (`peer`) had waited, ready, for a CPU up to this call, with the harness thread
+    # that stamped it and the machine's steal time (appchannel._cpu_waited); None when the kernel cannot tell.
+    # Between two calls of one peer, its growth bounds how much a busy machine may have stretched the gap.
     cpu_wait: float | None = None
+    peer: int | None = None          # the pid that made the call as the kernel says (SO_PEERCRED), None: unknown
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def test_a_call_carries_how_long_the_process_that_connected_waited_for_a_cpu_wha
     monkeypatch.setattr(procfs, "cpu_wait", lambda pid: asked.append(pid) or 0.25)
     _raw(channel, _call(seeded[0]))
     (call,) = channel.calls()
-    assert asked == [os.getpid()] and call.pid == 1
+    assert asked == [os.getpid()] and call.pid == 1 and call.peer == os.getpid()
     assert call.cpu_wait >= 0.25       # the process's wait, the harness thread's and the machine's steal
 
 

@@ -80,9 +80,9 @@ def _command(at: float, *args: bytes) -> Command:
     return Command(seq=next(_SEQ), conn=1, at=at, args=args, truncated=False)
 
 
-def _call(t: float, outcome: str, cpu_wait: float | None = None, pid: int | None = 7,
+def _call(t: float, outcome: str, cpu_wait: float | None = None, peer: int | None = 7,
           order: str = "ord-flaky") -> SimpleNamespace:
-    return SimpleNamespace(t=t, outcome=outcome, cpu_wait=cpu_wait, pid=pid, id=order)
+    return SimpleNamespace(t=t, outcome=outcome, cpu_wait=cpu_wait, peer=peer, id=order)
 
 
 def test_a_claim_is_an_xclaim_naming_the_entry_or_any_xautoclaim_on_orders():
@@ -251,7 +251,8 @@ def test_each_redelivery_knows_how_long_its_process_waited_for_a_cpu_in_its_gap(
     calls = [_call(10.0, "error", 1.05), _call(10.3, "error", 1.45), _call(10.8, "ok", 1.5)]
     first, second = redelivery.redeliveries(calls, [], ENTRY)
     assert (first.stretched, second.stretched) == (pytest.approx(0.4), pytest.approx(0.05))
-    assert redelivery.cpu_waited(calls[0], _call(10.1, "ok", 1.1, pid=8)) == 0.0     # another process's
+    assert redelivery.cpu_waited(calls[0], _call(10.1, "ok", 1.1, peer=8)) == 0.0    # another process's
+    assert redelivery.cpu_waited(_call(9.9, "ok", 1.0, peer=None), calls[0]) == 0.0     # the kernel did not say
     assert redelivery.cpu_waited(_call(1, "ok"), calls[0]) == 0.0       # not known
     assert redelivery.cpu_waited(calls[1], calls[0]) == 0.0             # never less than nothing
 

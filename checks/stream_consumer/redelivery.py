@@ -200,9 +200,10 @@ def claimed_when_due(commands, entry_id: bytes, start: float, failed_at: float, 
 
 def cpu_waited(earlier, later) -> float:
     """How long a busy machine kept the process that made call `later` from a CPU since call `earlier` (Call.cpu_wait);
-    0.0 when the kernel could not tell, or the two calls came from different processes (as they say: a learner
-    that lies about it only loses the allowance)."""
-    if earlier is None or earlier.cpu_wait is None or later.cpu_wait is None or earlier.pid != later.pid:
+    0.0 when the kernel could not tell, or the two calls came from different processes (Call.peer: the kernel's
+    word, the pid whose counters cpu_wait reads)."""
+    if (earlier is None or earlier.cpu_wait is None or later.cpu_wait is None or earlier.peer is None
+            or earlier.peer != later.peer):
         return 0.0
     return max(0.0, later.cpu_wait - earlier.cpu_wait)
 
