@@ -41,7 +41,7 @@ from retrylab.checks.stream_consumer import run_retry
 from retrylab.fixtures.stream_consumer import corpus
 from retrylab.grading import pytest_args
 from retrylab.plugin import record_of
-from retrylab.procfs import find_processes
+from retrylab.procfs import find_processes, threads
 from retrylab.sandbox import RUN_ID_VARIABLE, RUN_TAG_VARIABLE
 from retrylab.supervisor import kill
 
@@ -72,11 +72,7 @@ def _freeze(seconds: float) -> None:
 
 
 def _threads(pids: list[int]) -> list[int]:
-    found = []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            found += [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    return found
+    return [tid for pid in pids for tid in threads(pid)]
 
 
 def _starve(pids: list[int], seconds: float) -> None:

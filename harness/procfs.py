@@ -102,15 +102,19 @@ def tree_cpu(root: int) -> float:
     return ticks / _TICK
 
 
+def threads(pid: int) -> list[int]:
+    """The thread ids of process `pid` ([] if it is gone)."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
 def tree_running(root: int) -> bool:
     """Whether any thread of any process below `root` is running or runnable (state R)."""
     for pid in _tree(root):
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            fields = stat_fields(pid, int(tid))
+        for tid in threads(pid):
+            fields = stat_fields(pid, tid)
             if fields and fields[0] == b"R":
                 return True
     return False
@@ -180,12 +184,8 @@ def cpu_wait(pid: int) -> float | None:
     /proc/PID/task/TID/schedstat), summed; None if it is gone or the kernel keeps no schedstat. The sum of
     several threads can count one moment more than once: a measure of how much a busy machine may have
     delayed the process, never less than any one thread's wait."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
     total, seen = 0, False
-    for tid in tasks:
+    for tid in threads(pid):
         waited = _run_delay(f"/proc/{pid}/task/{tid}/schedstat")
         if waited is not None:
             total, seen = total + waited, True
