@@ -209,7 +209,7 @@ def test_the_time_a_consumer_spends_on_other_orders_in_a_wait_is_known():
                 _command(10.46, b"SET", b"orders:done:ord-flaky", b"x")]
     calls = [_call(10.0, "error"), _call(10.30, "ok", order="ord-other"), _call(10.50, "ok")]
     (again,) = redelivery.redeliveries([calls[0], calls[2]], commands, ENTRY, calls,
-                                       others=({b"ord-other"}, {other_entry}))
+                                       redelivery.Orders(frozenset({b"ord-other"}), frozenset({other_entry})))
     # 10.05-10.10 (the XACK), 10.20-10.30 (its key), 10.30-10.45 (its call): 0.30 s
     assert again.busy == pytest.approx(0.30)
     (alone,) = redelivery.redeliveries([calls[0], calls[2]], commands, ENTRY)

@@ -208,33 +208,38 @@ def cpu_waited(earlier, later) -> float:
     return max(0.0, later.cpu_wait - earlier.cpu_wait)
 
 
-def other_work(events, start: float, end: float, theirs, ours) -> float:
-    """Seconds between `start` and `end` the consumer spent on other orders: from each of its calls or commands
-    about another order (theirs(event), and not ours(event)) to its next call or command, or `end`. `events`:
-    the run's calls (.t) and relay commands (.at), in any order."""
-    timed = sorted((getattr(e, "t", None) or e.at, theirs(e) and not ours(e)) for e in events)
+@dataclass(frozen=True)
+class Orders:
+    """Some orders, by their ids and their entries' ids in the stream (bytes)."""
+    ids: frozenset = frozenset()
+    entry_ids: frozenset = frozenset()
+
+    def called(self, call) -> bool:
+        """A call of apply for one of them."""
+        return call.id is not None and call.id.encode() in self.ids
+
+    def named(self, command) -> bool:
+        """A command naming one of them: an argument that is one of their entry ids, or holds one of their order
+        ids (a key such as orders:done:<order_id>)."""
+        return any(a in self.entry_ids or any(i in a for i in self.ids) for a in command.args)
+
+
+def other_work(calls, commands, start: float, end: float, theirs: Orders, ours: Orders) -> float:
+    """Seconds between `start` and `end` the consumer spent on other orders (`theirs`, and not `ours`): from each
+    of its calls or commands about one of them to its next call or command, or `end`."""
+    timed = sorted([(c.t, theirs.called(c) and not ours.called(c)) for c in calls] +
+                   [(c.at, theirs.named(c) and not ours.named(c)) for c in commands])
     timed = [(at, other) for at, other in timed if start < at < end]
     ends = [at for at, _ in timed[1:]] + [end]
     return sum(until - at for (at, other), until in zip(timed, ends) if other)
 
 
-def mentions(tokens: set[bytes], entry_ids: set[bytes]):
-    """A predicate: a call whose order id is one of `tokens`, or a command with an argument equal to one of
-    `entry_ids` or holding one of `tokens` (an order id, in a key such as orders:done:<order_id>)."""
-    def about(event) -> bool:
-        if hasattr(event, "t"):
-            return event.id is not None and event.id.encode() in tokens
-        return any(a in entry_ids or any(t in a for t in tokens) for a in event.args)
-    return about
-
-
-def redeliveries(calls, commands, entry_id: bytes, every_call=(), others=((), ())) -> list[Redelivery]:
+def redeliveries(calls, commands, entry_id: bytes, every_call=(), others: Orders = Orders()) -> list[Redelivery]:
     """Each call that follows a failed call of the same order (`calls`: that order's, by time). With the run's
-    calls of any order (`every_call`) and the other orders' (ids, entry ids) as `others`, each knows how much of
-    its gap went on other orders (Redelivery.busy)."""
-    flaky_id = calls[0].id.encode() if calls and calls[0].id is not None else b""
-    ours = mentions({flaky_id} if flaky_id else set(), {entry_id})
-    theirs = mentions(set(others[0]), set(others[1]))
+    calls of any order (`every_call`) and the other orders, each knows how much of its gap went on them
+    (Redelivery.busy)."""
+    flaky = calls[0].id if calls else None
+    ours = Orders(frozenset() if flaky is None else frozenset({flaky.encode()}), frozenset({entry_id}))
     found = []
     for before, call in zip(calls, calls[1:]):
         if before.outcome != "error":
@@ -247,7 +252,7 @@ def redeliveries(calls, commands, entry_id: bytes, every_call=(), others=((), ()
         delivered_at = delivered[-1] if delivered else None
         start = before.t if delivered_at is None else delivered_at
         eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim, call.t)
-        busy = other_work([*every_call, *commands], before.t, call.t, theirs, ours)
+        busy = other_work(every_call, commands, before.t, call.t, others, ours)
         found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim), delivered_at, eager,
                                 stretched=cpu_waited(before, call), busy=busy))
     return found

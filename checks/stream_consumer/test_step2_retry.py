@@ -67,9 +67,9 @@ def _judge(retry) -> bool:
         _why_not_applied(retry, calls)
     if applied > 1:
         fail(tr("step2.applied_twice", id=order_id, count=applied))
-    others = [o for o in retry.seeded if o["order_id"] != order_id and o["order_id"] in retry.ids]
-    again = redelivery.redeliveries(calls, run.commands, entry_id, run.calls, others=(
-        {o["order_id"].encode() for o in others}, {retry.ids[o["order_id"]] for o in others}))
+    others = [o["order_id"] for o in retry.seeded if o["order_id"] != order_id and o["order_id"] in retry.ids]
+    again = redelivery.redeliveries(calls, run.commands, entry_id, run.calls, redelivery.Orders(
+        frozenset(o.encode() for o in others), frozenset(retry.ids[o] for o in others)))
     if len(again) < lab.FLAKY_FAILURES:   # calls from processes side by side, recorded out of order
         fail(tr("step2.never_redelivered", id=order_id, failures=len(calls) - 1, stream=lab.STREAM,
                 how=runreport.how_it_ran(run)))
