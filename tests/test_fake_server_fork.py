@@ -118,9 +118,16 @@ parser, _, _ = cli._parser()
 args = parser.parse_args(["check", {solution!r}, "--backend", {backend!r}])
 check.validate(args)
 ours = open("/proc/self/cmdline").read()
+def read(path):     # a thread or a child can end between its listing and this read
+    try:
+        with open(path) as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 def children():   # of every thread: a child a thread started is listed under that thread while it lives
-    return [open(f"/proc/{{pid}}/cmdline").read() for task in os.listdir("/proc/self/task")
-            for pid in open(f"/proc/self/task/{{task}}/children").read().split()]
+    listed = [pid for task in os.listdir("/proc/self/task")
+              for pid in (read(f"/proc/self/task/{{task}}/children") or "").split()]
+    return [c for c in (read(f"/proc/{{pid}}/cmdline") for pid in listed) if c is not None]
 def settled(seen):   # the server (forked at once, or from a thread) and the learner template, each past its exec
     return any("learner_template" in c for c in seen) and ({backend!r} != "fake" or len(seen) >= 2)
 deadline, before = time.monotonic() + 20, None
