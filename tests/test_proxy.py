@@ -529,6 +529,42 @@ def test_activity_counts_commands_and_replies(backend, proxy):
 
 # -- pub/sub and other reply flows ------------------------------------------------------------------------------------
 
+def test_each_command_says_when_its_reply_passed(backend, proxy):
+    """Command.answered_at: when the relay read the reply, at or after the command; a blocking read's comes when it
+    returned, also in a snapshot taken while it waited (which itself keeps None)."""
+    r = through(proxy, single_connection_client=True)
+    with r.pipeline(transaction=False) as pipe:
+        for i in range(50):
+            pipe.rpush("answered", i)
+        pipe.execute()
+    pushed = [c for c in user_commands(proxy) if c.name == "RPUSH"]
+    assert len(pushed) == 50 and all(c.at <= c.answered_at <= time.time() for c in pushed)
+
+    thread = threading.Thread(target=lambda: r.blpop("nothing-here", timeout=1), daemon=True)
+    thread.start()
+    wait_until(lambda: [c for c in proxy.pending() if c.name == "BLPOP"], "the BLPOP to show as pending")
+    waiting = [c for c in proxy.commands() if c.name == "BLPOP"]
+    assert [c.answered_at for c in waiting] == [None]
+    thread.join(2 * BLOCK)
+    (read,) = [c for c in proxy.commands() if c.name == "BLPOP"]
+    assert read == waiting[0] and read.answered_at - read.at >= 0.9   # the server's 1 s, as timed by the relay
+    assert waiting[0].answered_at is None                             # a snapshot is not changed afterwards
+
+
+def test_a_command_past_the_record_or_on_an_untracked_connection_has_no_answer_time(backend):
+    with RecordingProxy(backend.address, max_commands=3) as small:
+        r = through(small, single_connection_client=True)
+        for _ in range(5):
+            r.ping()
+        assert len(small.commands()) == 3 and all(c.answered_at is not None for c in small.commands())
+    with RecordingProxy(backend.address) as relay:
+        raw = socket.create_connection(relay.address)
+        raw.sendall(resp("CLIENT", "REPLY", "OFF") + resp("SET", "k", "v") + resp("CLIENT", "REPLY", "ON"))
+        recv_exactly(raw, b"+OK\r\n")
+        raw.close()
+        assert [c.answered_at for c in relay.commands() if c.name == "SET"] == [None]
+
+
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_pubsub_connection_does_not_disturb_tracking(backend, proxy, protocol):
     subscriber = through(proxy, protocol=protocol).pubsub()

@@ -1,7 +1,7 @@
 """A command the relay recorded, and what it says about a learner waiting: Redis' blocking reads."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,6 +11,10 @@ class Command:
     at: float  # time.time() when the command was fully received
     args: tuple[bytes, ...]  # the command's arguments; each arg truncated to max_arg_bytes
     truncated: bool  # True if any arg was truncated
+    # time.time() when the relay read the server's reply, before passing it on; None while none has come, or where
+    # the relay does not follow that connection's replies. Not part of a command's identity: a record seen before its
+    # reply and after it is the same command.
+    answered_at: float | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:

@@ -6,7 +6,8 @@ in both directions. On the way it parses what clients send (RESP arrays of bulk 
 into telnet: retrylab.brokers.redis.resp) and records every command (retrylab.brokers.redis.commands), so a check can
 see which values a worker pushed, in which order, from which connection. It also parses what the server sends back
 (RESP2 and RESP3) just far enough to count replies, which tells which commands are still waiting for theirs:
-`pending()` lists e.g. the BLPOP a worker is blocked in.
+`pending()` lists e.g. the BLPOP a worker is blocked in, and each recorded command says when its reply passed
+(`Command.answered_at`): how long the server, and the relay, took to answer it.
 
 Design notes:
 
@@ -39,6 +40,7 @@ Design notes:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import fcntl
 import os
 import platform
@@ -257,6 +259,9 @@ class RecordingProxy:
                 raw = self._commands[start:]
             made = [Command(*r) for r in raw]  # outside the relay lock: can be a lot at once
             with self._lock:
+                for i, (before, now) in enumerate(zip(raw, self._commands[start:start + len(made)])):
+                    if now is not before:          # its reply came meanwhile (_answered)
+                        made[i] = Command(*now)
                 self._commands[start:start + len(made)] = made
                 self._materialized = start + len(made)
                 return self._commands[:start + len(made)]
@@ -600,6 +605,7 @@ class RecordingProxy:
             types, values, confused = parser._types, parser._values, True
         if not values and not confused:
             return
+        now = time.time()
         with self._lock:
             self._activity += values or 1
             if conn.tracking:
@@ -616,6 +622,7 @@ class RecordingProxy:
                             pending.popleft()
                         continue
                     pending.popleft()
+                    self._answered(head, now)
                     name = head[3][0].upper()
                     if name == b"HELLO":
                         if kind == _MAP:
@@ -629,6 +636,20 @@ class RecordingProxy:
             if confused:
                 conn.replies = None
                 self._untrack(conn)
+
+
+    def _answered(self, record: tuple, now: float) -> None:
+        """Stamp the recorded command `record` with when its reply came (Command.answered_at); called with the lock
+        held. A command's index is its seq - 1 while the record is not full (seq counts dropped commands too)."""
+        commands, index = self._commands, record[0] - 1
+        if index >= len(commands):
+            return
+        kept = commands[index]
+        if type(kept) is tuple:
+            if kept[0] == record[0]:
+                commands[index] = kept + (now,)
+        elif kept.seq == record[0]:         # made a Command already (a snapshot taken while it waited)
+            commands[index] = dataclasses.replace(kept, answered_at=now)
 
 
 def _nodelay(sock: socket.socket) -> None:
