@@ -4,6 +4,7 @@ entry's: in the full grading the corpus test reads too, tests/gradings.py); the
 rules the checks use (redelivery evidence, the quiet stop) on hand-made records."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from types import SimpleNamespace
@@ -76,8 +77,8 @@ ENTRY = b"1700000000000-1"
 _SEQ = itertools.count()     # the relay numbers commands in the order they come: here, the order they are made
 
 
-def _command(at: float, *args: bytes) -> Command:
-    return Command(seq=next(_SEQ), conn=1, at=at, args=args, truncated=False)
+def _command(at: float, *args: bytes, answered_at: float | None = None) -> Command:
+    return Command(seq=next(_SEQ), conn=1, at=at, args=args, truncated=False, answered_at=answered_at)
 
 
 def _call(t: float, outcome: str, cpu_wait: float | None = None, peer: int | None = 7,
@@ -214,6 +215,43 @@ def test_the_time_a_consumer_spends_on_other_orders_in_a_wait_is_known():
     assert again.busy == pytest.approx(0.30)
     (alone,) = redelivery.redeliveries([calls[0], calls[2]], commands, ENTRY)
     assert alone.busy == 0.0
+
+
+def test_a_wait_for_a_reply_later_than_a_quiet_server_gives_it_is_known():
+    """A command answered past QUIET_REPLY, a blocking read past its timeout and QUIET_TIMEOUT: the late part, inside
+    the gap, once where such waits overlap each other or the work on other orders."""
+    xpending = (b"XPENDING", b"orders", b"workers", b"IDLE", b"200", b"-", b"+", b"10")
+    blocking = (b"XREADGROUP", b"GROUP", b"workers", b"c", b"BLOCK", b"100", b"STREAMS", b"orders", b">")
+    commands = [_command(10.05, *xpending, answered_at=10.0505),           # quiet: not late
+                _command(10.10, *xpending, answered_at=10.30),             # late from 10.102
+                _command(10.20, *xpending, answered_at=10.25),             # within the one before
+                _command(10.30, *blocking, answered_at=10.45),             # its 100 ms, and 100 ms more: not late
+                _command(10.45, *blocking, answered_at=10.70),             # late from 10.65
+                _command(10.70, *blocking[:4], b"BLOCK", b"0", *blocking[6:], answered_at=10.95),   # for ever
+                _command(10.95, b"XCLAIM", b"orders", b"workers", b"c", b"200", ENTRY, answered_at=11.10)]
+    spans = redelivery.slow_replies(commands, 10.0, 11.0)
+    assert spans == [(pytest.approx(10.102), 10.30), (pytest.approx(10.202), 10.25), (pytest.approx(10.65), 10.70),
+                     (pytest.approx(10.952), 11.0)]
+    assert redelivery.covered(spans) == pytest.approx(0.198 + 0.05 + 0.048)
+    assert redelivery.covered([(1.0, 2.0), (1.5, 3.0), (4.0, 4.5), (4.1, 4.2)]) == pytest.approx(2.5)
+    assert redelivery.covered([]) == 0.0
+    calls = [_call(10.0, "error"), _call(11.0, "ok")]
+    (again,) = redelivery.redeliveries(calls, commands, ENTRY)
+    assert again.busy == pytest.approx(0.296)
+
+
+def test_a_constant_min_idle_whose_second_wait_a_slow_server_lengthened_is_not_judged_on_it():
+    """wrong/constant-min-idle, its looks for the entry answered 200 ms late in its second wait only: 450 ms
+    between the calls, of which 200 ms a quiet server would not have taken, against 250 ms first."""
+    look = (b"XPENDING", b"orders", b"workers", b"IDLE", b"200", b"-", b"+", b"10")
+    calls = [_call(10.0, "error"), _call(10.25, "error"), _call(10.70, "ok")]
+    quick = [_read(9.99, b">"), _command(10.05, *look, answered_at=10.0503), _xclaim(10.24, 200)]
+    slow = [_command(10.30, *look, answered_at=10.50), _command(10.69, b"XCLAIM", b"orders", b"workers", b"c",
+                                                                 b"200", ENTRY)]
+    first, second = redelivery.redeliveries(calls, quick + slow, ENTRY)
+    assert redelivery.waits_grow(first, second) is None
+    unanswered = [dataclasses.replace(c, answered_at=None) for c in quick + slow]   # the relay did not time them
+    assert redelivery.waits_grow(*redelivery.redeliveries(calls, unanswered, ENTRY)) is True
 
 
 def _counting_runs(monkeypatch) -> list:

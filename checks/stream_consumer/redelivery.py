@@ -32,8 +32,9 @@ class Redelivery:
     eager: bool = False             # claimed when due with min-idle_ms, polling toward it (claimed_when_due)
     # What of the gap between the calls a busy machine may have made longer: `stretched`, seconds the consumer
     # (and the harness thread that stamped its calls) waited for a CPU, with the machine's steal (Call.cpu_wait;
-    # 0.0 where the kernel could not tell); `busy`, seconds the consumer spent on other orders (other_work), which
-    # a quiet machine does in milliseconds and a busy one, whose server answers slowly, in hundreds.
+    # 0.0 where the kernel could not tell); `busy`, seconds in which the consumer worked on other orders
+    # (other_work) or waited for a reply a quiet server gives sooner (slow_replies): a quiet machine does the one
+    # in milliseconds and the other not at all, a busy one, whose server answers slowly, in hundreds.
     stretched: float = 0.0
     busy: float = 0.0
 
@@ -224,20 +225,53 @@ class Orders:
         return any(a in self.entry_ids or any(i in a for i in self.ids) for a in command.args)
 
 
-def other_work(calls, commands, start: float, end: float, theirs: Orders, ours: Orders) -> float:
-    """Seconds between `start` and `end` the consumer spent on other orders (`theirs`, and not `ours`): from each
+def other_work(calls, commands, start: float, end: float, theirs: Orders, ours: Orders) -> list[tuple[float, float]]:
+    """The spans between `start` and `end` the consumer spent on other orders (`theirs`, and not `ours`): from each
     of its calls or commands about one of them to its next call or command, or `end`."""
     timed = sorted([(c.t, theirs.called(c) and not ours.called(c)) for c in calls] +
                    [(c.at, theirs.named(c) and not ours.named(c)) for c in commands])
     timed = [(at, other) for at, other in timed if start < at < end]
     ends = [at for at, _ in timed[1:]] + [end]
-    return sum(until - at for (at, other), until in zip(timed, ends) if other)
+    return [(at, until) for (at, other), until in zip(timed, ends) if other]
+
+
+# How late a reply may come on a quiet machine (seconds), measured through the relay: a command that does not block
+# is answered within 2 ms (fake server, quiet 2-core machine: at most 1.8 ms, most under 0.5 ms), a blocking read
+# that times out within 100 ms of its timeout (redis-server checks its blocked clients' timeouts with its 10 Hz
+# timer: up to 59 ms seen).
+QUIET_REPLY = 0.002
+QUIET_TIMEOUT = 0.100
+
+
+def slow_replies(commands, start: float, end: float) -> list[tuple[float, float]]:
+    """The spans between `start` and `end` in which a command waited for a reply later than a quiet machine gives it
+    (Command.answered_at): past QUIET_REPLY, or a blocking read past its timeout and QUIET_TIMEOUT (until then the
+    consumer chose to wait; one that blocks for ever always does)."""
+    spans = []
+    for c in commands:
+        timeout = c.read_timeout
+        if c.answered_at is None or timeout == 0.0:
+            continue
+        late = c.at + (QUIET_REPLY if timeout is None else timeout + QUIET_TIMEOUT)
+        if max(late, start) < min(c.answered_at, end):
+            spans.append((max(late, start), min(c.answered_at, end)))
+    return spans
+
+
+def covered(spans) -> float:
+    """Seconds that the spans (start, end) cover together: where they overlap, once."""
+    total, reached = 0.0, float("-inf")
+    for begin, end in sorted(spans):
+        if end > reached:
+            total += end - max(begin, reached)
+            reached = end
+    return total
 
 
 def redeliveries(calls, commands, entry_id: bytes, every_call=(), others: Orders = Orders()) -> list[Redelivery]:
     """Each call that follows a failed call of the same order (`calls`: that order's, by time). With the run's
-    calls of any order (`every_call`) and the other orders, each knows how much of its gap went on them
-    (Redelivery.busy)."""
+    calls of any order (`every_call`) and the other orders, each knows how much of its gap went on them, or on
+    slow replies (Redelivery.busy)."""
     flaky = calls[0].id if calls else None
     ours = Orders(frozenset() if flaky is None else frozenset({flaky.encode()}), frozenset({entry_id}))
     found = []
@@ -252,7 +286,8 @@ def redeliveries(calls, commands, entry_id: bytes, every_call=(), others: Orders
         delivered_at = delivered[-1] if delivered else None
         start = before.t if delivered_at is None else delivered_at
         eager = claim is not None and claimed_when_due(commands, entry_id, start, before.t, claim, call.t)
-        busy = other_work(every_call, commands, before.t, call.t, others, ours)
+        busy = covered(other_work(every_call, commands, before.t, call.t, others, ours) +
+                       slow_replies(commands, before.t, call.t))
         found.append(Redelivery(before.t, call.t, None if claim is None else min_idle_ms(claim), delivered_at, eager,
                                 stretched=cpu_waited(before, call), busy=busy))
     return found
@@ -282,7 +317,8 @@ def waits_grow(first: Redelivery, second: Redelivery) -> bool | None:
     it handled the orders added meanwhile, in its second wait shows a longer second gap (CI and
     bench/load_agreement.py saw a constant min-idle pass so), one slowed in its first a longer first gap: the gaps
     decide only when they would have decided the same way without that, and None says they could not (the run
-    is made again). What remains unmeasured: a slow server answering the consumer's own looks for the entry."""
+    is made again). A slow server answering the consumer's own looks for the entry counts the same way
+    (slow_replies)."""
     idle1, idle2 = claimed_with(first), claimed_with(second)
     if idle1 is not None and idle2 is not None and lab.MIN_RETRY_GAP * 1000 <= idle1 < idle2:
         return True

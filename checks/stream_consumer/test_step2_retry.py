@@ -9,8 +9,9 @@ gap between the calls is longer than the first's by MIN_RETRY_GAP at least (rede
 machine never makes a correct consumer look immediate.
 
 How long the consumer, and the harness thread that stamps its calls, waited for a CPU is known per call
-(Call.cpu_wait, from the kernel), and how long it spent on other orders in each gap from the call log and the
-relay's record: the gaps decide only if they would have decided the same way without either. When they would
+(Call.cpu_wait, from the kernel), and how long it spent on other orders in each gap, or waiting for replies
+later than a quiet server gives them, from the call log and the relay's record (Command.answered_at): the gaps
+decide only if they would have decided the same way without either. When they would
 not, the run is made again (a busy moment seldom hits twice at the same place), and if no run can tell, the
 step is reported as not graded, saying why: a busy machine never decides step 2's verdict.
 """
