@@ -355,6 +355,28 @@ def yardstick() -> str:
     return f"a 10-million-step Python loop takes {best:.2f} s here (best of 3)"
 
 
+_LOOP = "import time\nstarted = time.perf_counter()\nfor i in range(10_000_000): pass\nprint(time.perf_counter() - started)"
+
+
+def _loops_at_once(count: int) -> float:
+    """Wall seconds for `count` interpreters running the loop at once (each started before any runs it)."""
+    started = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", _LOOP], stdout=subprocess.DEVNULL) for _ in range(count)]
+    for proc in procs:
+        proc.wait()
+    return time.perf_counter() - started
+
+
+def parallel_yardstick() -> str:
+    """How much faster this machine runs as many CPU-bound processes as it has CPUs than one: the most any
+    `--jobs` can give over `--jobs 1`, for work that never waits and shares nothing (a virtual machine's CPUs may
+    be hyper-threads, or slowed by its neighbours). Each loop runs in its own interpreter, start-up included."""
+    count = min(2, os.cpu_count() or 1)
+    one = min(_loops_at_once(1) for _ in range(3))
+    many = min(_loops_at_once(count) for _ in range(3))
+    return f"{count} such loops at once give {count * one / many:.2f}x one (best of 3)"
+
+
 def scratch_state() -> str:
     """Where the gradings' temporary folders go (TMPDIR, else /tmp) and on what filesystem, and whether learner runs'
     copies of the submission are on a tmpfs of their own (retrylab.runfs, where the harness may mount): a grading
@@ -397,7 +419,7 @@ def main() -> None:
         wait_for_load(args.wait_load)
     print(f"# retrylab grading benchmark: {MEASURED.id}\n\n{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
           f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {bytecode_state()}; "
-          f"{scratch_state()}; {yardstick()}\n")
+          f"{scratch_state()}; {yardstick()}; {parallel_yardstick()}\n")
     print("## One grading of the reference solution (`retrylab check solution --format exercism`)\n")
     table, medians = single_grades(args.runs)
     print("\n".join(table) + "\n", flush=True)
