@@ -83,12 +83,12 @@ def grade(entry, exercise_id: str, backend: str, scratch: Path) -> tuple[dict[in
 class Load:
     """CPU hogs and start-up churn (interpreters, private redis-server processes) until stopped."""
 
-    def __init__(self, hogs: int, churn: int, freeze: float = 0.0):
+    def __init__(self, hogs: int, churn: int, freeze: float = 0.0, thaw: float = 1.0):
         self.hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._churn, args=(i,), daemon=True) for i in range(churn)]
         if freeze:
-            self.threads.append(threading.Thread(target=self._freeze, args=(freeze,), daemon=True))
+            self.threads.append(threading.Thread(target=self._freeze, args=(freeze, thaw), daemon=True))
         for thread in self.threads:
             thread.start()
 
@@ -106,14 +106,14 @@ class Load:
             server.terminate()
             server.wait()
 
-    def _freeze(self, seconds: float) -> None:
+    def _freeze(self, seconds: float, thaw: float) -> None:
         marker = f"{RUN_ID_VARIABLE}={TAG}-"
         while not self.stopping.is_set():
             frozen = find_processes(marker)
             kill(frozen, signal.SIGSTOP)
             self.stopping.wait(seconds)
             kill(frozen, signal.SIGCONT)     # kill() passes over a process that has ended meanwhile
-            self.stopping.wait(1.0)
+            self.stopping.wait(thaw)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -137,6 +137,9 @@ def main(argv=None) -> int:
     parser.add_argument("--churn", type=int, default=2)
     parser.add_argument("--freeze", type=float, default=0.0, metavar="S",
                         help="with --load: stop these gradings' learner processes S seconds at a time")
+    parser.add_argument("--thaw", type=float, default=1.0, metavar="T",
+                        help="with --freeze: let them run T seconds between stops (default 1; --freeze 0.04 --thaw "
+                             "0.01 runs them a fifth of the time, a learner 5 times slower in every real-time wait)")
     parser.add_argument("--jobs", type=int, help="gradings at once (default 4 with --load, else 1)")
     parser.add_argument("--repeat", type=int, default=1, help="grade each entry this many times")
     args = parser.parse_args(argv)
@@ -150,10 +153,10 @@ def main(argv=None) -> int:
     jobs = args.jobs or (4 if args.load else 1)
     entries = [e for e in corpus.entries() if not args.match or any(m in e.id for m in args.match)]
     work = [(e, b) for b in backends for e in entries for _ in range(args.repeat)]
-    print(f"# {len(work)} gradings, {jobs} at once, load: "
-          f"{f'{args.hogs} hogs + {args.churn} churn loops + freeze {args.freeze:g} s' if args.load else 'none'}; "
+    loaded = f"{args.hogs} hogs + {args.churn} churn loops + freeze {args.freeze:g} s / thaw {args.thaw:g} s"
+    print(f"# {len(work)} gradings, {jobs} at once, load: {loaded if args.load else 'none'}; "
           f"load average before {os.getloadavg()[0]:.1f}", flush=True)
-    load = Load(args.hogs, args.churn, args.freeze) if args.load else None
+    load = Load(args.hogs, args.churn, args.freeze, args.thaw) if args.load else None
     totals = {b: [0, 0, 0, 0.0] for b in backends}   # steps agreeing, steps, gradings all agreeing, seconds
     peak = 0.0
     with tempfile.TemporaryDirectory(prefix="retrylab-load-") as scratch, \
