@@ -11,7 +11,7 @@ import pytest
 
 from retrylab.brokers.kafka import BROKER
 from retrylab.brokers.kafka.backend import TansuBackend
-from retrylab.checks.retry_topics import (consume, dead_letter, key_order, nonblocking, retry_record,
+from retrylab.checks.retry_topics import (consume, dead_letter, key_order, lab, nonblocking, pair, retry_record,
                                           success_stops, wait)
 from retrylab.checks.retry_topics.run_main import observe_main
 from retrylab.fixtures.retry_topics.corpus import REFERENCE
@@ -144,3 +144,25 @@ def test_broken_submissions_fail_every_step_with_a_message_not_a_traceback(tmp_p
         results = {r.number: r for r in report.lab_results if r.number in VERIFIERS}
         assert {n: r.status for n, r in results.items()} == {n: "fail" for n in VERIFIERS}, report
         assert words in results[1].message and "Traceback (most recent call last)" not in results[1].message
+
+
+# -- how long the harness waits for a pair -------------------------------------------------------------------
+
+def test_a_wait_outlasts_its_limit_only_while_the_clock_moves_toward_a_due_time():
+    """A paused retry consumer polling toward its due time moves the clock in real-time slices, which a busy machine
+    stretches: past SETTLE_LIMIT the wait goes on while the clock moved in the last MOVING s, by less than
+    MOVING_SPAN since the wait began (a correct pair needs 2 intervals), and never past MOVING_LIMIT."""
+    watch = pair.ClockWatch(now=0.0)
+    assert watch.look(1000.0, now=0.0)                       # the wait begins: clock at 1000
+    assert watch.look(1600.0, now=26.0)                      # 600 s later, still moving
+    assert not pair.out_of_time(26.0, pair.SETTLE_LIMIT, pair.MOVING_LIMIT, moving=True)
+    assert pair.out_of_time(26.0, pair.SETTLE_LIMIT, pair.MOVING_LIMIT, moving=False)
+    assert pair.out_of_time(pair.MOVING_LIMIT, pair.SETTLE_LIMIT, pair.MOVING_LIMIT, moving=True)
+    assert not pair.out_of_time(10.0, pair.SETTLE_LIMIT, pair.MOVING_LIMIT, moving=False)
+    assert not watch.look(1600.0, now=26.0 + pair.MOVING)    # not moved for MOVING s: waiting for nothing
+    assert watch.look(1700.0, now=28.0) and watch.moved == 28.0
+    # a clock moved by MOVING_SPAN since the wait began waits for nothing a correct pair waits for (a retry a
+    # hundred years ahead, retries without end): the plain limit holds
+    assert not watch.look(1000.0 + pair.MOVING_SPAN, now=29.0)
+    assert pair.MOVING_SPAN >= (lab.MAX_ATTEMPTS - 1) * lab.INTERVAL + lab.INTERVAL
+    assert pair.RUN_TIMEOUT >= pair.START_LIMIT + pair.MOVING_LIMIT

@@ -49,7 +49,8 @@ SESSION_MS = 2000       # kill to both restarted consumers' first Fetch (bench/r
 BURST = 6               # more `down` callbacks in the second batch (every one costs the restart 2 retries, ~0.1 s each)
 FAILURES = BURST + 3    # failing callbacks in the second batch, all at once (bounded-concurrency)
 HANG_WAIT = 15.0        # real seconds after the first batch for the target's retry to come (and hang): a consumer that
-                        # pauses and polls toward it takes 600 polls (each a virtual wait of 1 s)
+                        # pauses and polls toward it takes 600 polls (each a virtual wait of 1 s) ...
+HANG_LIMIT = 30.0       # ... or this many while the clock still moves (pair.out_of_time): a busy machine slows them
 SPIN_CPU = 0.5          # CPU seconds of retry_consumer.py with the target's retry pending: enough to judge its wait
 BATCH_WAIT = 6.0        # real seconds for consumer.py to handle and commit the second batch
 SETTLE = 0.3            # real seconds left, once it has, for a thread started per failure to reach its retry
@@ -95,6 +96,7 @@ class DurableRun:
     killed_at: float | None             # real epoch seconds of the kill
     hung: tuple[tuple[str, int], ...]   # (order, call number) of the calls that hung
     retry_produced_at: float | None     # real epoch seconds consumer.py produced the target's retry record
+    hang_waited: float | None           # real seconds the harness waited for the target's retry to hang (or gave up)
     batch_at: float | None              # real epoch seconds the second batch was produced (None: never)
     batch_handled: bool                 # the main group committed the second batch before the kill
     state: KafkaState | None            # the topics and commits at the end
@@ -132,7 +134,7 @@ class _Scenario:
         self.shared, self.main_clock, self.retry_clock = pair_clocks(lab.MAIN_SCRIPT, lab.RETRY_SCRIPT)
         self.landed: dict[str, tuple[int, int]] = {}
         self.samples: dict[str, list[Sample]] = {}
-        self.facts = dict(killed_at=None, retry_produced_at=None, batch_at=None, batch_handled=False)
+        self.facts = dict(killed_at=None, retry_produced_at=None, hang_waited=None, batch_at=None, batch_handled=False)
 
     def _live(self) -> pair.LivePair:
         return pair.LivePair(self.learner, self.endpoint, self.app, self.main_clock, self.retry_clock, self.cancelled)
@@ -153,11 +155,15 @@ class _Scenario:
             self.samples.setdefault(script, []).append(Sample(time.time(), self.shared.now(), progress.cpu(),
                                                               progress.sandbox.learner_threads()))
 
-    def _until(self, live: pair.LivePair, predicate, seconds: float) -> bool:
-        """Wait (sampling) until `predicate()`, at most `seconds`; False on time, cancelled, or a run that ended."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not self.cancelled.is_set() \
-                and all(live.running(s) for s in live.scripts):
+    def _until(self, live: pair.LivePair, predicate, seconds: float, moving_limit: float = 0.0) -> bool:
+        """Wait (sampling) until `predicate()`, at most `seconds`, or `moving_limit` while the clock moves
+        (pair.out_of_time); False on time, cancelled, or a run that ended."""
+        began = time.monotonic()
+        clock = pair.ClockWatch(began)
+        while not self.cancelled.is_set() and all(live.running(s) for s in live.scripts):
+            now = time.monotonic()
+            if pair.out_of_time(now - began, seconds, moving_limit, clock.look(live.watch.clock(), now)):
+                break
             self._sample(live)
             if predicate():
                 return True
@@ -177,10 +183,13 @@ class _Scenario:
 
     def _up_to_the_kill(self, live: pair.LivePair) -> None:
         self._produce(live, self.batch1)
-        self._until(live, lambda: self.notifier.hung or self._retry_produced_at(live) is not None, HANG_WAIT)
+        began = time.monotonic()
+        self._until(live, lambda: self.notifier.hung or self._retry_produced_at(live) is not None, HANG_WAIT,
+                    HANG_LIMIT)
         self.facts["retry_produced_at"] = self._retry_produced_at(live)
-        self._until(live, lambda: self.notifier.hung or self._spun(), HANG_WAIT)
+        self._until(live, lambda: self.notifier.hung or self._spun(), HANG_WAIT, HANG_LIMIT)
         hung_at = time.monotonic()
+        self.facts["hang_waited"] = hung_at - began
         self.facts["batch_at"] = time.time()
         self._produce(live, self.batch2)
         self.facts["batch_handled"] = self._until(live, lambda: self._batch_handled(live), BATCH_WAIT)

@@ -28,7 +28,7 @@ def _require_the_kill(run) -> None:
     calls = durability.attempts(run).get(run.target, [])
     if not calls:
         fail(tr("step7.target_not_notified", id=run.target))
-    fail(tr("step7.no_retry", id=run.target, seconds=HANG_WAIT))
+    fail(tr("step7.no_retry", id=run.target, seconds=round(run.hang_waited or HANG_WAIT)))
 
 
 def _diagnose_loss(run, lost: list[str]) -> str:
