@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from retrylab import tempdirs
 
 
@@ -52,3 +54,22 @@ def test_a_grading_sweeps_at_its_start(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert not stale.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("retrylab-")], list(tmp_path.iterdir())
+
+
+def test_an_interrupt_during_a_removal_is_held_until_the_folder_is_gone(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, raised as one) landing in the middle of a removal: the folder still goes, then the
+    interrupt goes on."""
+    folder = tmp_path / f"retrylab-run-{os.getpid()}-abc"
+    (folder / "submission").mkdir(parents=True)
+    (folder / "submission" / "worker.py").write_text("print('x')\n")
+    real, calls = tempdirs.shutil.rmtree, []
+
+    def interrupted_once(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(tempdirs.shutil, "rmtree", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        tempdirs.remove_tree(folder)
+    assert not folder.exists() and len(calls) == 2
