@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
+import types
 
 import pytest
 
 from retrylab.brokers.kafka import BROKER
 from retrylab.brokers.kafka.backend import TansuBackend
-from retrylab.checks.retry_topics import (consume, dead_letter, key_order, lab, nonblocking, pair, retry_record,
-                                          success_stops, wait)
+from retrylab.checks.retry_topics import (consume, dead_letter, key_order, lab, nonblocking, observe, pair,
+                                          retry_record, success_stops, wait)
 from retrylab.checks.retry_topics.run_main import observe_main
 from retrylab.fixtures.retry_topics.corpus import REFERENCE
 from retrylab.grading import grade
 from retrylab.runner import LearnerRunner
-from retrylab.settle import Reason
-from retrylab.verdict import CheckFailed
+from retrylab.settle import Reason, Stop
+from retrylab.verdict import CannotJudge, CheckFailed
 
 EXERCISE = "retry-topics"
 VERIFIERS = {1: consume, 2: nonblocking, 3: retry_record, 4: wait, 5: success_stops, 6: dead_letter}
@@ -166,3 +168,49 @@ def test_a_wait_outlasts_its_limit_only_while_the_clock_moves_toward_a_due_time(
     assert not watch.look(1000.0 + pair.MOVING_SPAN, now=29.0)
     assert pair.MOVING_SPAN >= (lab.MAX_ATTEMPTS - 1) * lab.INTERVAL + lab.INTERVAL
     assert pair.RUN_TIMEOUT >= pair.START_LIMIT + pair.MOVING_LIMIT
+
+
+class _Watch(pair.PairWatch):
+    """Both runs going, nothing done, and the clock moving at `pace` virtual seconds per real second."""
+
+    def __init__(self, pace: float):
+        super().__init__(threading.Event())
+        self.pace, self.began = pace, time.monotonic()
+
+    def clock(self) -> float:
+        return self.pace * (time.monotonic() - self.began)
+
+    def signature(self) -> tuple:
+        return (self.clock(),)
+
+
+def _settle(pace: float) -> tuple[pair.LivePair, Stop]:
+    live = pair.LivePair(learner=types.SimpleNamespace(), endpoint=None, app=None, main_clock=None, retry_clock=None)
+    live.watch = _Watch(pace)
+    stop = live.settle(done=lambda watch: False, cap=lambda watch: None, limit=0.3, moving_limit=0.6)
+    return live, stop
+
+
+@pytest.mark.parametrize("pace, cut_short", [(pair.MIN_PACE * 2, True), (pair.MIN_PACE / 4, False)])
+def test_a_pair_cut_by_the_moving_limit_while_its_clock_keeps_pace_is_not_judged_on_what_it_had_not_done(
+        pace, cut_short):
+    """A busy machine slows a correct pair's polls toward its due time: cut at MOVING_LIMIT while its clock still
+    moved at MIN_PACE or faster, the steps that wait for what it had not done yet say "not graded". A clock that
+    crawls (a retry consumer polling with 1 ms timeouts) is judged as it stands: a quiet machine would not help."""
+    live, stop = _settle(pace)
+    assert stop.reason == Reason.CAP and "still going" in stop.detail, stop
+    assert live.cut_short is cut_short
+    run = types.SimpleNamespace(cut_short=live.cut_short)
+    with pytest.raises(CannotJudge if cut_short else CheckFailed, match="too busy" if cut_short else "too few"):
+        observe.incomplete(run, "too few calls")
+
+
+def test_a_wait_ended_by_its_plain_limit_or_a_clock_that_stopped_cut_nothing_short():
+    watch = pair.ClockWatch(now=0.0)
+    watch.look(0.0, now=0.0)
+    watch.look(1000.0, now=20.0)                            # 50 virtual s per real s, still moving
+    assert watch.pace(20.0) == 50.0 and watch.cut_short(20.0)
+    watch.look(1000.0, now=20.0 + pair.MOVING)              # then no move for MOVING s: waiting for nothing
+    assert not watch.cut_short(20.0 + pair.MOVING)
+    live, stop = _settle(pace=0.0)                          # the clock never moved: the plain limit, a verdict
+    assert not live.cut_short and stop.reason == Reason.CAP

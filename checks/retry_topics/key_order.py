@@ -16,8 +16,9 @@ def verify(main_run) -> None:
     accepted = next((c for c in main_run.calls_of(paid) if c.outcome == "ok"), None)
     later = main_run.calls_of(refunded)
     if accepted is None or not later:
-        fail(tr("advanced_msg.key-order.incomplete", id=paid["orderId"], paid=len(main_run.calls_of(paid)),
-                refunded=len(later), how=observe.how_both_ran(main_run)))
+        observe.incomplete(main_run, tr("advanced_msg.key-order.incomplete", id=paid["orderId"],
+                                        paid=len(main_run.calls_of(paid)), refunded=len(later),
+                                        how=observe.how_both_ran(main_run)))
     if later[0].t < accepted.t:
         fail(tr("advanced_msg.key-order.reordered", id=paid["orderId"],
                 minutes=f"{(accepted.t - later[0].t) / 60:.0f}"))

@@ -1,13 +1,15 @@
 """Reading what the learner's scripts did, in the lab's terms, with messages a learner can act on."""
 from __future__ import annotations
 
+from typing import NoReturn
+
 from retrylab.appchannel import describe_call_limit, describe_malformed
 from retrylab.calllog import MALFORMED
-from retrylab.checks.retry_topics import lab
+from retrylab.checks.retry_topics import lab, pair
 from retrylab.checks.retry_topics.catalog import tr
 from retrylab.runner import ScriptRun
 from retrylab.runreport import how_it_ran
-from retrylab.verdict import fail
+from retrylab.verdict import cannot_judge, fail
 
 
 def how_both_ran(main_run) -> str:
@@ -43,6 +45,15 @@ def require_pair(main_run) -> None:
     require_main(main_run)
     require_script(main_run.retry, lab.RETRY_SCRIPT)
     require_honest_calls(main_run.retry)
+
+
+def incomplete(run, message: str) -> NoReturn:
+    """Fail with `message`, something the pair had not done when the harness stopped it; unless a limit of the
+    harness cut the pair while it still worked toward a due time (`run.cut_short`: a busy machine slowed it), which
+    is no verdict. Only for what a correct pair does later: a wrong thing done is judged however the run ended."""
+    if run.cut_short:
+        cannot_judge(tr("observe.cut_short", seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{pair.MIN_PACE:.0f}"))
+    fail(message)
 
 
 def require_state(main_run) -> None:

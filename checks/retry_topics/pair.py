@@ -62,6 +62,11 @@ MOVING = 1.0                # real seconds since the clock last moved within whi
 MOVING_SPAN = lab.MAX_ATTEMPTS * lab.INTERVAL   # virtual seconds: a correct pair's wait moves it (attempts - 1)
 # intervals at most (measured: 1200 s in the main run, 600 s to the hang and 600-1200 s after the restart); a clock
 # moved further is waiting for nothing due (a retry a hundred years ahead, retries without end)
+# virtual seconds per real second: a wait cut by its moving limit while the clock moved at least this fast toward a
+# due time cut a pair still at work, which is not judged (LivePair.cut_short). Correct pairs keep 125-230 on a quiet
+# machine (each wait of a grading, all three pause-and-poll entries); a pair run 8 times slower kept 16-29. A pair
+# that polls toward its due time slower than this (1 ms timeouts: about 1 per second) is judged as it stands
+MIN_PACE = 10.0
 STUCK_CPU = 3.0             # CPU seconds of one script without a change: it spins
 LOOK = 0.05                 # real seconds between two looks of `settle`
 RUN_TIMEOUT = START_LIMIT + MOVING_LIMIT + 5.0      # a run's outer bound in the runner (never reached normally)
@@ -72,16 +77,30 @@ class ClockWatch:
     correct pair waits for (it moved in the last MOVING real seconds, and by less than MOVING_SPAN in all)."""
 
     def __init__(self, now: float):
+        self.began = now
         self.start: float | None = None
         self.offset: float | None = None
         self.moved = now
+        self.moving = False
 
     def look(self, offset: float, now: float) -> bool:
         if self.start is None:
             self.start = offset
         if offset != self.offset:
             self.offset, self.moved = offset, now
-        return now - self.moved < MOVING and offset - self.start < MOVING_SPAN
+        self.moving = now - self.moved < MOVING and offset - self.start < MOVING_SPAN
+        return self.moving
+
+    def pace(self, now: float) -> float:
+        """Virtual seconds the clock moved per real second since the wait began."""
+        if self.start is None or self.offset is None or now <= self.began:
+            return 0.0
+        return (self.offset - self.start) / (now - self.began)
+
+    def cut_short(self, now: float) -> bool:
+        """Whether ending the wait now, at its moving limit, cuts a pair still at work: at the last look its clock
+        still moved toward a due time, at MIN_PACE at least (a busy machine slows a correct pair this much)."""
+        return self.moving and self.pace(now) >= MIN_PACE
 
 
 def out_of_time(elapsed: float, limit: float, moving_limit: float, moving: bool) -> bool:
@@ -242,6 +261,7 @@ class LivePair:
         self._ended: dict[str, threading.Event] = {s: threading.Event() for s in scripts}
         self._runs: dict[str, Beside] = {}
         self._started = 0.0
+        self.cut_short = False     # settle's limit cut the pair while it still worked toward a due time: not judged
 
     def __enter__(self) -> LivePair:
         self._started = time.time()
@@ -288,7 +308,7 @@ class LivePair:
         `cap(watch)` names a reason to stop (retrying without end, a flood); nothing changed for QUIET seconds
         while no learner thread was running (QUIET_COMMITS when `work_done`: the calls are all made and an
         auto-commit may still come); both runs ended; `limit` real seconds, or `moving_limit` while the clock
-        moves (out_of_time). Then stop both; returns why."""
+        moves (out_of_time: `cut_short` says whether that cut a pair still at work). Then stop both; returns why."""
         began = time.monotonic()
         signature, changed, done_since = None, began, None
         # neither the clock moving nor a learner thread running (or waiting for a CPU) is work done, but
@@ -303,6 +323,7 @@ class LivePair:
             elif not any(self.running(s) for s in self.scripts):
                 stop = Stop(Reason.EXITED)
             elif out_of_time(now - began, limit, moving_limit, moving):
+                self.cut_short = moving_limit > limit and clock.cut_short(now)
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{now - began:.0f}"))
             else:
                 current = self.watch.signature()

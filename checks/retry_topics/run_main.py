@@ -15,7 +15,8 @@ one DLQ record, K 3 calls (paid twice, refunded once).
 The run ends (pair.LivePair.settle) when that outcome is complete, with both groups' offsets at the ends of
 what they read, and stays so for DONE_SETTLE; when one order was notified more than CALLS_FOREVER times
 (retrying without end) or the learner produced more than FLOOD records meanwhile; when nothing changed for a
-while; or at SETTLE_LIMIT. Then the broker is read (every record, committed offsets).
+while; or at SETTLE_LIMIT (MOVING_LIMIT while the clock still moves toward a due time: a pair cut there was
+still at work, and what it had not done yet is not judged). Then the broker is read (every record, committed offsets).
 """
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ class MainRun:
     stop: Stop | None                   # why the pair was stopped
     times: pair.PairTimes
     read_seconds: float = 0.0           # reading the broker at the end
+    cut_short: bool = False             # the settle's limit cut the pair still at work (pair.LivePair.cut_short)
 
     @property
     def published(self) -> list[dict]:
@@ -175,7 +177,7 @@ def observe_main(learner, kafka_backend, cancelled=None) -> MainRun:
         read_seconds = time.monotonic() - began
     return MainRun(scenario=scenario, placed=tuple(placed), main=main, retry=retry, state=state,
                    main_clock=main_clock, retry_clock=retry_clock, fetching=fetching, stop=stop, times=live.times,
-                   read_seconds=read_seconds)
+                   read_seconds=read_seconds, cut_short=live.cut_short)
 
 
 @pytest.fixture(scope="session")

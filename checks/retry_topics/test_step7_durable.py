@@ -28,7 +28,7 @@ def _require_the_kill(run) -> None:
     calls = durability.attempts(run).get(run.target, [])
     if not calls:
         fail(tr("step7.target_not_notified", id=run.target))
-    fail(tr("step7.no_retry", id=run.target, seconds=round(run.hang_waited or HANG_WAIT)))
+    observe.incomplete(run, tr("step7.no_retry", id=run.target, seconds=round(run.hang_waited or HANG_WAIT)))
 
 
 def _diagnose_loss(run, lost: list[str]) -> str:
@@ -89,9 +89,9 @@ def judge(run) -> None:
     if short:
         key = "step7.hung_lost" if run.target in short else "step7.pending_lost"
         order = run.target if run.target in short else short[0]
-        fail(tr(key, id=order, count=len(short), merchant=run.merchant(order),
-                made=len(calls.get(order, [])), expected=durability.expected_calls(run, order),
-                why=_diagnose_loss(run, short)) + restarted)
+        observe.incomplete(run, tr(key, id=order, count=len(short), merchant=run.merchant(order),
+                                   made=len(calls.get(order, [])), expected=durability.expected_calls(run, order),
+                                   why=_diagnose_loss(run, short)) + restarted)
 
     # ... once each
     extra = [o for o in (c["orderId"] for c in run.published)
