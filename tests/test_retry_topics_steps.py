@@ -199,7 +199,8 @@ def test_a_pair_cut_by_the_moving_limit_while_its_clock_keeps_pace_is_not_judged
     crawls (a retry consumer polling with 1 ms timeouts) is judged as it stands: a quiet machine would not help."""
     live, stop = _settle(pace)
     assert stop.reason == Reason.CAP and "still going" in stop.detail, stop
-    assert live.cut_short is cut_short
+    assert (live.cut_short is not None) is cut_short
+    assert live.cut_short is None or pace * 0.8 <= live.cut_short <= pace * 1.2, live.cut_short
     run = types.SimpleNamespace(cut_short=live.cut_short)
     with pytest.raises(CannotJudge if cut_short else CheckFailed, match="too busy" if cut_short else "too few"):
         observe.incomplete(run, "too few calls")
@@ -209,8 +210,43 @@ def test_a_wait_ended_by_its_plain_limit_or_a_clock_that_stopped_cut_nothing_sho
     watch = pair.ClockWatch(now=0.0)
     watch.look(0.0, now=0.0)
     watch.look(1000.0, now=20.0)                            # 50 virtual s per real s, still moving
-    assert watch.pace(20.0) == 50.0 and watch.cut_short(20.0)
+    assert watch.pace(20.0) == 50.0 and watch.cut_short(20.0) == 50.0
     watch.look(1000.0, now=20.0 + pair.MOVING)              # then no move for MOVING s: waiting for nothing
-    assert not watch.cut_short(20.0 + pair.MOVING)
+    assert watch.cut_short(20.0 + pair.MOVING) is None
     live, stop = _settle(pace=0.0)                          # the clock never moved: the plain limit, a verdict
-    assert not live.cut_short and stop.reason == Reason.CAP
+    assert live.cut_short is None and stop.reason == Reason.CAP
+
+
+class _Script:
+    """One script of a pair as a stop condition sees it: it sent commands, changed nothing, and used `cpu`."""
+
+    def __init__(self):
+        self.cpu_used = 0.0
+        self.link = types.SimpleNamespace(shape=lambda: ("same",))
+        self.channel = types.SimpleNamespace(record=[])
+
+    def started(self) -> bool:
+        return True
+
+    def cpu(self) -> float:
+        return self.cpu_used
+
+
+@pytest.mark.parametrize("clock_step, stopped_at", [
+    (0.0, pair.STUCK_CPU),                       # a spin that never moves the clock
+    (pair.MOVING_SPAN / 10, 10 * 0.5 + pair.STUCK_CPU),   # moves it without end: counted once past MOVING_SPAN
+    (1.0, None),                                 # a paused consumer polling toward its due time: never stuck
+])
+def test_a_pair_script_spins_only_while_the_clock_stays_or_has_moved_past_what_a_due_time_needs(
+        clock_step, stopped_at):
+    watch = pair.PairWatch(threading.Event())
+    offset = [0.0]
+    watch.clock = lambda: offset[0]
+    stuck, script = pair._Stuck(watch), _Script()
+    stopped = None
+    for look in range(1, 41):                    # 0.5 CPU-s a look, 20 CPU-s in all
+        script.cpu_used, offset[0] = look * 0.5, offset[0] + clock_step
+        if stuck.check(script) is not None:
+            stopped = script.cpu_used
+            break
+    assert stopped == (stopped_at if stopped_at is None else pytest.approx(stopped_at, abs=0.5)), stopped

@@ -49,10 +49,10 @@ def require_pair(main_run) -> None:
 
 def incomplete(run, message: str) -> NoReturn:
     """Fail with `message`, something the pair had not done when the harness stopped it; unless a limit of the
-    harness cut the pair while it still worked toward a due time (`run.cut_short`: a busy machine slowed it), which
-    is no verdict. Only for what a correct pair does later: a wrong thing done is judged however the run ended."""
+    harness cut the pair while it still worked toward a due time (`run.cut_short`, its clock's pace: a busy machine
+    slowed it, or each of its polls costs too much real time), which is no verdict. Only for what a correct pair does later: a wrong thing done is judged however the run ended."""
     if run.cut_short:
-        cannot_judge(tr("observe.cut_short", seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{pair.MIN_PACE:.0f}"))
+        cannot_judge(tr("observe.cut_short", seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{run.cut_short:.0f}"))
     fail(message)
 
 

@@ -67,7 +67,7 @@ MOVING_SPAN = lab.MAX_ATTEMPTS * lab.INTERVAL   # virtual seconds: a correct pai
 # machine (each wait of a grading, all three pause-and-poll entries); a pair run 8 times slower kept 16-29. A pair
 # that polls toward its due time slower than this (1 ms timeouts: about 1 per second) is judged as it stands
 MIN_PACE = 10.0
-STUCK_CPU = 3.0             # CPU seconds of one script without a change: it spins
+STUCK_CPU = 3.0             # CPU seconds of one script without a change (_Stuck): it spins
 LOOK = 0.05                 # real seconds between two looks of `settle`
 RUN_TIMEOUT = START_LIMIT + MOVING_LIMIT + 5.0      # a run's outer bound in the runner (never reached normally)
 
@@ -97,10 +97,12 @@ class ClockWatch:
             return 0.0
         return (self.offset - self.start) / (now - self.began)
 
-    def cut_short(self, now: float) -> bool:
-        """Whether ending the wait now, at its moving limit, cuts a pair still at work: at the last look its clock
-        still moved toward a due time, at MIN_PACE at least (a busy machine slows a correct pair this much)."""
-        return self.moving and self.pace(now) >= MIN_PACE
+    def cut_short(self, now: float) -> float | None:
+        """The clock's pace if ending the wait now, at its moving limit, cuts a pair still at work: at the last look
+        its clock still moved toward a due time, at MIN_PACE at least (a busy machine slows a correct pair this
+        much). None: the pair was not at work, or crawled."""
+        pace = self.pace(now)
+        return pace if self.moving and pace >= MIN_PACE else None
 
 
 def out_of_time(elapsed: float, limit: float, moving_limit: float, moving: bool) -> bool:
@@ -175,7 +177,7 @@ class PairWatch:
         self._lock = threading.Lock()
 
     def condition(self, script: str) -> StopCondition:
-        return _PairCondition(self, script) | no_progress(cpu=STUCK_CPU)
+        return _PairCondition(self, script) | _Stuck(self)
 
     def look(self, script: str, progress) -> None:
         with self._lock:
@@ -236,6 +238,33 @@ class _PairCondition(StopCondition):
         return self.watch.stopped
 
 
+class _Stuck(StopCondition):
+    """no_progress(cpu=STUCK_CPU) for one script of a pair, where the shared clock moving counts as a change while it
+    has moved by less than MOVING_SPAN since the script's last change (calls, records, commits, group changes): a
+    paused retry consumer polling toward its due time with short timeouts pays CPU for every poll (measured: one
+    polling at 50 ms ran 3 CPU-s while the clock moved 420 s, and was stopped as spinning). A spin that does not
+    move the clock, or moves it without end, is stopped as before."""
+
+    def __init__(self, watch: PairWatch):
+        self.watch = watch
+        self.startup = no_progress(cpu=STUCK_CPU)      # its CPU before its first broker command, as no_progress
+        self.signature = None
+        self.changed: float | None = None              # the clock at the script's last change
+        self.moved = (0.0, 0.0)                        # (the clock, the script's CPU) when it last counted
+
+    def check(self, progress) -> Stop | None:
+        if not progress.started():
+            return self.startup.check(progress)
+        signature = (progress.link.shape(), len(progress.channel.record))
+        clock, cpu = self.watch.clock(), progress.cpu()
+        if signature != self.signature or self.changed is None:
+            self.signature, self.changed, self.moved = signature, clock, (clock, cpu)
+        elif clock != self.moved[0] and clock - self.changed < MOVING_SPAN:
+            self.moved = (clock, cpu)
+        used = cpu - self.moved[1]
+        return Stop(Reason.NO_PROGRESS, f"{used:.1f}") if used >= STUCK_CPU else None
+
+
 @dataclass
 class PairTimes:
     """Where a pair's real time went (seconds), for benchmarks."""
@@ -261,7 +290,9 @@ class LivePair:
         self._ended: dict[str, threading.Event] = {s: threading.Event() for s in scripts}
         self._runs: dict[str, Beside] = {}
         self._started = 0.0
-        self.cut_short = False     # settle's limit cut the pair while it still worked toward a due time: not judged
+        # the clock's pace (virtual s per real s) when settle's limit cut the pair still at work toward a due time
+        # (ClockWatch.cut_short): what it had not done is not judged. None: not cut so
+        self.cut_short: float | None = None
 
     def __enter__(self) -> LivePair:
         self._started = time.time()
@@ -308,7 +339,7 @@ class LivePair:
         `cap(watch)` names a reason to stop (retrying without end, a flood); nothing changed for QUIET seconds
         while no learner thread was running (QUIET_COMMITS when `work_done`: the calls are all made and an
         auto-commit may still come); both runs ended; `limit` real seconds, or `moving_limit` while the clock
-        moves (out_of_time: `cut_short` says whether that cut a pair still at work). Then stop both; returns why."""
+        moves (out_of_time: `cut_short` says if that cut a pair still at work). Then stop both; returns why."""
         began = time.monotonic()
         signature, changed, done_since = None, began, None
         # neither the clock moving nor a learner thread running (or waiting for a CPU) is work done, but
@@ -323,7 +354,7 @@ class LivePair:
             elif not any(self.running(s) for s in self.scripts):
                 stop = Stop(Reason.EXITED)
             elif out_of_time(now - began, limit, moving_limit, moving):
-                self.cut_short = moving_limit > limit and clock.cut_short(now)
+                self.cut_short = clock.cut_short(now) if moving_limit > limit else None
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{now - began:.0f}"))
             else:
                 current = self.watch.signature()

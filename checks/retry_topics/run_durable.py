@@ -97,7 +97,7 @@ class DurableRun:
     hung: tuple[tuple[str, int], ...]   # (order, call number) of the calls that hung
     retry_produced_at: float | None     # real epoch seconds consumer.py produced the target's retry record
     hang_waited: float | None           # real seconds the harness waited for the target's retry to hang (or gave up)
-    cut_short: bool                     # a wait's limit cut the pair still at work (pair.ClockWatch.cut_short)
+    cut_short: float | None             # a wait's limit cut the pair still at work: its clock's pace (ClockWatch)
     batch_at: float | None              # real epoch seconds the second batch was produced (None: never)
     batch_handled: bool                 # the main group committed the second batch before the kill
     state: KafkaState | None            # the topics and commits at the end
@@ -136,7 +136,7 @@ class _Scenario:
         self.landed: dict[str, tuple[int, int]] = {}
         self.samples: dict[str, list[Sample]] = {}
         self.facts = dict(killed_at=None, retry_produced_at=None, hang_waited=None, batch_at=None, batch_handled=False,
-                          cut_short=False)
+                          cut_short=None)
 
     def _live(self) -> pair.LivePair:
         return pair.LivePair(self.learner, self.endpoint, self.app, self.main_clock, self.retry_clock, self.cancelled)
@@ -166,7 +166,8 @@ class _Scenario:
         while not self.cancelled.is_set() and all(live.running(s) for s in live.scripts):
             now = time.monotonic()
             if pair.out_of_time(now - began, seconds, moving_limit, clock.look(live.watch.clock(), now)):
-                self.facts["cut_short"] |= moving_limit > seconds and clock.cut_short(now)
+                if moving_limit > seconds:
+                    self.facts["cut_short"] = self.facts["cut_short"] or clock.cut_short(now)
                 break
             self._sample(live)
             if predicate():
@@ -243,7 +244,7 @@ class _Scenario:
             fetching = live.wait_fetching()
             done = lambda watch: all(self.notifier.calls[o] >= n for o, n in expected.items())   # noqa: E731
             stop = live.settle(done, cap=lambda watch: None)
-            self.facts["cut_short"] |= live.cut_short
+            self.facts["cut_short"] = self.facts["cut_short"] or live.cut_short
             runs = dict(zip(live.scripts, live.stop_and_collect(stop)))
         return Half(runs, {}, fetching)
 

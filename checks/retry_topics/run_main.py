@@ -86,7 +86,7 @@ class MainRun:
     stop: Stop | None                   # why the pair was stopped
     times: pair.PairTimes
     read_seconds: float = 0.0           # reading the broker at the end
-    cut_short: bool = False             # the settle's limit cut the pair still at work (pair.LivePair.cut_short)
+    cut_short: float | None = None      # the settle's limit cut the pair still at work: its clock's pace (LivePair)
 
     @property
     def published(self) -> list[dict]:
