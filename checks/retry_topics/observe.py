@@ -48,12 +48,16 @@ def require_pair(main_run) -> None:
 
 
 def incomplete(run, message: str) -> NoReturn:
-    """Fail with `message`, something the pair had not done when the harness stopped it; unless a limit of the
-    harness cut the pair while it still worked toward a due time (`run.cut_short`, its clock's pace: a busy machine
-    slowed it, or each of its polls costs too much real time), which is no verdict. Only for what a correct pair does later: a wrong thing done is judged however the run ended."""
-    if run.cut_short:
-        cannot_judge(tr("observe.cut_short", seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{run.cut_short:.0f}"))
-    fail(message)
+    """Fail with `message`, something the pair had not done when the harness stopped it. Only for what a correct
+    pair does later: a wrong thing done is judged however the run ended. A limit of the harness that cut the pair
+    while its clock still moved toward a due time (`run.cut_pace`) changes that: at pair.MIN_PACE or faster a busy
+    machine may have slowed a correct pair, which is no verdict; slower, the pair crawls (each poll of its paused
+    consumer costs more real time than its timeout is worth), which the message says."""
+    pace = run.cut_pace
+    facts = dict(seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{pace or 0:.1f}")
+    if pace is not None and pace >= pair.MIN_PACE:
+        cannot_judge(tr("observe.cut_short", **facts))
+    fail(message if pace is None else f"{message}\n{tr('observe.crawled', **facts)}")
 
 
 def require_state(main_run) -> None:

@@ -63,7 +63,7 @@ MOVING_SPAN = lab.MAX_ATTEMPTS * lab.INTERVAL   # virtual seconds: a correct pai
 # intervals at most (measured: 1200 s in the main run, 600 s to the hang and 600-1200 s after the restart); a clock
 # moved further is waiting for nothing due (a retry a hundred years ahead, retries without end)
 # virtual seconds per real second: a wait cut by its moving limit while the clock moved at least this fast toward a
-# due time cut a pair still at work, which is not judged (LivePair.cut_short). Correct pairs keep 125-230 on a quiet
+# due time cut a pair still at work, which is not judged (LivePair.cut_pace, observe.incomplete). Correct pairs keep 125-230 on a quiet
 # machine (each wait of a grading, all three pause-and-poll entries); a pair run 8 times slower kept 16-29. A pair
 # that polls toward its due time slower than this (1 ms timeouts: about 1 per second) is judged as it stands
 MIN_PACE = 10.0
@@ -97,12 +97,11 @@ class ClockWatch:
             return 0.0
         return (self.offset - self.start) / (now - self.began)
 
-    def cut_short(self, now: float) -> float | None:
-        """The clock's pace if ending the wait now, at its moving limit, cuts a pair still at work: at the last look
-        its clock still moved toward a due time, at MIN_PACE at least (a busy machine slows a correct pair this
-        much). None: the pair was not at work, or crawled."""
-        pace = self.pace(now)
-        return pace if self.moving and pace >= MIN_PACE else None
+    def cut_pace(self, now: float) -> float | None:
+        """If ending the wait now, at its moving limit, cuts a pair still at work (at the last look its clock still
+        moved toward a due time), the clock's pace: at MIN_PACE or more, a busy machine may have slowed a correct
+        pair this much. None: the pair was not at work (its clock stood still, or never moved in this wait)."""
+        return self.pace(now) if self.moving and self.offset != self.start else None
 
 
 def out_of_time(elapsed: float, limit: float, moving_limit: float, moving: bool) -> bool:
@@ -291,8 +290,8 @@ class LivePair:
         self._runs: dict[str, Beside] = {}
         self._started = 0.0
         # the clock's pace (virtual s per real s) when settle's limit cut the pair still at work toward a due time
-        # (ClockWatch.cut_short): what it had not done is not judged. None: not cut so
-        self.cut_short: float | None = None
+        # (ClockWatch.cut_pace); None: not cut so
+        self.cut_pace: float | None = None
 
     def __enter__(self) -> LivePair:
         self._started = time.time()
@@ -339,7 +338,7 @@ class LivePair:
         `cap(watch)` names a reason to stop (retrying without end, a flood); nothing changed for QUIET seconds
         while no learner thread was running (QUIET_COMMITS when `work_done`: the calls are all made and an
         auto-commit may still come); both runs ended; `limit` real seconds, or `moving_limit` while the clock
-        moves (out_of_time: `cut_short` says if that cut a pair still at work). Then stop both; returns why."""
+        moves (out_of_time: `cut_pace` says if that cut a pair still at work). Then stop both; returns why."""
         began = time.monotonic()
         signature, changed, done_since = None, began, None
         # neither the clock moving nor a learner thread running (or waiting for a CPU) is work done, but
@@ -354,7 +353,7 @@ class LivePair:
             elif not any(self.running(s) for s in self.scripts):
                 stop = Stop(Reason.EXITED)
             elif out_of_time(now - began, limit, moving_limit, moving):
-                self.cut_short = clock.cut_short(now) if moving_limit > limit else None
+                self.cut_pace = clock.cut_pace(now) if moving_limit > limit else None
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{now - began:.0f}"))
             else:
                 current = self.watch.signature()

@@ -97,7 +97,7 @@ class DurableRun:
     hung: tuple[tuple[str, int], ...]   # (order, call number) of the calls that hung
     retry_produced_at: float | None     # real epoch seconds consumer.py produced the target's retry record
     hang_waited: float | None           # real seconds the harness waited for the target's retry to hang (or gave up)
-    cut_short: float | None             # a wait's limit cut the pair still at work: its clock's pace (ClockWatch)
+    cut_pace: float | None              # a wait's limit cut the pair still at work: its clock's pace (ClockWatch)
     batch_at: float | None              # real epoch seconds the second batch was produced (None: never)
     batch_handled: bool                 # the main group committed the second batch before the kill
     state: KafkaState | None            # the topics and commits at the end
@@ -136,7 +136,7 @@ class _Scenario:
         self.landed: dict[str, tuple[int, int]] = {}
         self.samples: dict[str, list[Sample]] = {}
         self.facts = dict(killed_at=None, retry_produced_at=None, hang_waited=None, batch_at=None, batch_handled=False,
-                          cut_short=None)
+                          cut_pace=None)
 
     def _live(self) -> pair.LivePair:
         return pair.LivePair(self.learner, self.endpoint, self.app, self.main_clock, self.retry_clock, self.cancelled)
@@ -160,14 +160,14 @@ class _Scenario:
     def _until(self, live: pair.LivePair, predicate, seconds: float, moving_limit: float = 0.0) -> bool:
         """Wait (sampling) until `predicate()`, at most `seconds`, or `moving_limit` while the clock moves
         (pair.out_of_time); False on time, cancelled, or a run that ended. A wait cut by `moving_limit` while the
-        pair still worked toward a due time sets the fact cut_short."""
+        pair still worked toward a due time sets the fact cut_pace."""
         began = time.monotonic()
         clock = pair.ClockWatch(began)
         while not self.cancelled.is_set() and all(live.running(s) for s in live.scripts):
             now = time.monotonic()
             if pair.out_of_time(now - began, seconds, moving_limit, clock.look(live.watch.clock(), now)):
                 if moving_limit > seconds:
-                    self.facts["cut_short"] = self.facts["cut_short"] or clock.cut_short(now)
+                    self.facts["cut_pace"] = self.facts["cut_pace"] or clock.cut_pace(now)
                 break
             self._sample(live)
             if predicate():
@@ -244,7 +244,7 @@ class _Scenario:
             fetching = live.wait_fetching()
             done = lambda watch: all(self.notifier.calls[o] >= n for o, n in expected.items())   # noqa: E731
             stop = live.settle(done, cap=lambda watch: None)
-            self.facts["cut_short"] = self.facts["cut_short"] or live.cut_short
+            self.facts["cut_pace"] = self.facts["cut_pace"] or live.cut_pace
             runs = dict(zip(live.scripts, live.stop_and_collect(stop)))
         return Half(runs, {}, fetching)
 

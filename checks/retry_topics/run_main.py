@@ -86,7 +86,7 @@ class MainRun:
     stop: Stop | None                   # why the pair was stopped
     times: pair.PairTimes
     read_seconds: float = 0.0           # reading the broker at the end
-    cut_short: float | None = None      # the settle's limit cut the pair still at work: its clock's pace (LivePair)
+    cut_pace: float | None = None       # the settle's limit cut the pair still at work: its clock's pace (LivePair)
 
     @property
     def published(self) -> list[dict]:
@@ -177,7 +177,7 @@ def observe_main(learner, kafka_backend, cancelled=None) -> MainRun:
         read_seconds = time.monotonic() - began
     return MainRun(scenario=scenario, placed=tuple(placed), main=main, retry=retry, state=state,
                    main_clock=main_clock, retry_clock=retry_clock, fetching=fetching, stop=stop, times=live.times,
-                   read_seconds=read_seconds, cut_short=live.cut_short)
+                   read_seconds=read_seconds, cut_pace=live.cut_pace)
 
 
 @pytest.fixture(scope="session")
