@@ -15,6 +15,7 @@ from retrylab.brokers.kafka import BROKER
 from retrylab.brokers.kafka.backend import TansuBackend
 from retrylab.checks.retry_topics import (consume, dead_letter, key_order, lab, nonblocking, observe, pair,
                                           retry_record, success_stops, wait)
+from retrylab.checks.retry_topics.clock import pair_clocks
 from retrylab.checks.retry_topics.run_main import observe_main
 from retrylab.fixtures.retry_topics.corpus import REFERENCE
 from retrylab.grading import grade
@@ -185,29 +186,41 @@ class _Watch(pair.PairWatch):
 
 
 def _settle(pace: float) -> tuple[pair.LivePair, Stop]:
-    live = pair.LivePair(learner=types.SimpleNamespace(), endpoint=None, app=None, main_clock=None, retry_clock=None)
+    _shared, main_clock, retry_clock = pair_clocks(MAIN, RETRY)
+    live = pair.LivePair(learner=types.SimpleNamespace(), endpoint=None, app=None, main_clock=main_clock,
+                         retry_clock=retry_clock)
     live.watch = _Watch(pace)
     stop = live.settle(done=lambda watch: False, cap=lambda watch: None, limit=0.3, moving_limit=0.6)
     return live, stop
+
+
+def _run(cut, *due_in: float):
+    """A run cut so, with retry records due `due_in` virtual seconds after the cut."""
+    due = [cut.clock + d for d in due_in] if cut is not None else []
+    return types.SimpleNamespace(cut=cut, due_times=lambda: due)
 
 
 @pytest.mark.parametrize("pace, judged", [(pair.MIN_PACE * 2, False), (pair.MIN_PACE / 4, True)])
 def test_a_pair_cut_by_the_moving_limit_while_its_clock_keeps_pace_is_not_judged_on_what_it_had_not_done(
         pace, judged):
     """A busy machine slows a correct pair's polls toward its due time: cut at MOVING_LIMIT while its clock still
-    moved at MIN_PACE or faster, the steps that wait for what it had not done yet say "not graded". A clock that
-    crawls (a retry consumer polling with 1 ms timeouts) is judged as it stands, a quiet machine would not help,
-    and the failure says why the pair did not finish."""
+    moved at MIN_PACE or faster, with a retry still due, the steps that wait for what it had not done yet say
+    "not graded". A clock that crawls (a retry consumer polling with 1 ms timeouts) is judged as it stands, a quiet
+    machine would not help, and the failure says why the pair did not finish."""
     live, stop = _settle(pace)
     assert stop.reason == Reason.CAP and "still going" in stop.detail, stop
-    assert live.cut_pace is not None and pace * 0.7 <= live.cut_pace <= pace * 1.2, live.cut_pace
-    run = types.SimpleNamespace(cut_pace=live.cut_pace)
+    assert live.cut is not None and pace * 0.7 <= live.cut.pace <= pace * 1.2, live.cut
     with pytest.raises(CheckFailed if judged else CannotJudge) as raised:
-        observe.incomplete(run, "too few calls")
+        observe.incomplete(_run(live.cut, lab.INTERVAL / 2), "too few calls")
     assert ("too few calls" in str(raised.value)) is judged
     assert ("Poll with a timeout of about a second" if judged else "too busy") in str(raised.value)
-    with pytest.raises(CheckFailed, match="^too few calls$"):
-        observe.incomplete(types.SimpleNamespace(cut_pace=None), "too few calls")
+    # a retry only just due counts (the pair was about to make it); a clock moved past every due time, or a pair
+    # the limit did not cut, is judged on what it did
+    with pytest.raises(CheckFailed if judged else CannotJudge):
+        observe.incomplete(_run(live.cut, -observe.DUE_SLACK / 2), "too few calls")
+    for run in (_run(live.cut), _run(live.cut, -2 * observe.DUE_SLACK, -lab.INTERVAL), _run(None)):
+        with pytest.raises(CheckFailed, match="^too few calls$"):
+            observe.incomplete(run, "too few calls")
 
 
 def test_a_wait_ended_by_its_plain_limit_or_a_clock_that_stopped_cut_nothing_short():
@@ -218,7 +231,7 @@ def test_a_wait_ended_by_its_plain_limit_or_a_clock_that_stopped_cut_nothing_sho
     watch.look(1000.0, now=20.0 + pair.MOVING)              # then no move for MOVING s: waiting for nothing
     assert watch.cut_pace(20.0 + pair.MOVING) is None
     live, stop = _settle(pace=0.0)                          # the clock never moved: the plain limit, a verdict
-    assert live.cut_pace is None and stop.reason == Reason.CAP
+    assert live.cut is None and stop.reason == Reason.CAP
 
 
 class _Script:

@@ -11,6 +11,10 @@ from retrylab.runner import ScriptRun
 from retrylab.runreport import how_it_ran
 from retrylab.verdict import cannot_judge, fail
 
+# virtual seconds: a retry due this long before a cut was only just due (a correct pair notifies it within a real
+# moment of its clock reaching it: at 20 virtual s per real s, 60 s is 3 real seconds), so the pair was still at it
+DUE_SLACK = 60.0
+
 
 def how_both_ran(main_run) -> str:
     return "\n".join(how_it_ran(r) for r in (main_run.main, main_run.retry) if not r.missing)
@@ -50,14 +54,17 @@ def require_pair(main_run) -> None:
 def incomplete(run, message: str) -> NoReturn:
     """Fail with `message`, something the pair had not done when the harness stopped it. Only for what a correct
     pair does later: a wrong thing done is judged however the run ended. A limit of the harness that cut the pair
-    while its clock still moved toward a due time (`run.cut_pace`) changes that: at pair.MIN_PACE or faster a busy
-    machine may have slowed a correct pair, which is no verdict; slower, the pair crawls (each poll of its paused
-    consumer costs more real time than its timeout is worth), which the message says."""
-    pace = run.cut_pace
-    facts = dict(seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{pace or 0:.1f}")
-    if pace is not None and pace >= pair.MIN_PACE:
+    while its clock still moved toward a due time changes that (`run.cut`, and a retry record due later, or only
+    just due: DUE_SLACK): at pair.MIN_PACE or faster a busy machine may have slowed a correct pair, which is no
+    verdict; slower, the pair crawls (each poll of its paused consumer costs more real time than its timeout is
+    worth), which the message says. A clock moved past every due time waited for nothing: a plain failure."""
+    cut = run.cut
+    if cut is None or not any(due > cut.clock - DUE_SLACK for due in run.due_times()):
+        fail(message)
+    facts = dict(seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{cut.pace:.1f}")
+    if cut.pace >= pair.MIN_PACE:
         cannot_judge(tr("observe.cut_short", **facts))
-    fail(message if pace is None else f"{message}\n{tr('observe.crawled', **facts)}")
+    fail(f"{message}\n{tr('observe.crawled', **facts)}")
 
 
 def require_state(main_run) -> None:

@@ -63,13 +63,20 @@ MOVING_SPAN = lab.MAX_ATTEMPTS * lab.INTERVAL   # virtual seconds: a correct pai
 # intervals at most (measured: 1200 s in the main run, 600 s to the hang and 600-1200 s after the restart); a clock
 # moved further is waiting for nothing due (a retry a hundred years ahead, retries without end)
 # virtual seconds per real second: a wait cut by its moving limit while the clock moved at least this fast toward a
-# due time cut a pair still at work, which is not judged (LivePair.cut_pace, observe.incomplete). Correct pairs keep 125-230 on a quiet
+# due time cut a pair still at work, which is not judged (LivePair.cut, observe.incomplete). Correct pairs keep 125-230 on a quiet
 # machine (each wait of a grading, all three pause-and-poll entries); a pair run 8 times slower kept 16-29. A pair
 # that polls toward its due time slower than this (1 ms timeouts: about 1 per second) is judged as it stands
 MIN_PACE = 10.0
 STUCK_CPU = 3.0             # CPU seconds of one script without a change (_Stuck): it spins
 LOOK = 0.05                 # real seconds between two looks of `settle`
 RUN_TIMEOUT = START_LIMIT + MOVING_LIMIT + 5.0      # a run's outer bound in the runner (never reached normally)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A wait of the harness ended by its moving limit while the pair's clock still moved (ClockWatch.cut_pace)."""
+    pace: float         # virtual seconds per real second since the wait began
+    clock: float        # the run's virtual epoch seconds then: a retry due later was still to come
 
 
 class ClockWatch:
@@ -289,9 +296,7 @@ class LivePair:
         self._ended: dict[str, threading.Event] = {s: threading.Event() for s in scripts}
         self._runs: dict[str, Beside] = {}
         self._started = 0.0
-        # the clock's pace (virtual s per real s) when settle's limit cut the pair still at work toward a due time
-        # (ClockWatch.cut_pace); None: not cut so
-        self.cut_pace: float | None = None
+        self.cut: Cut | None = None     # settle's limit cut the pair while its clock still moved; None: not so
 
     def __enter__(self) -> LivePair:
         self._started = time.time()
@@ -338,7 +343,7 @@ class LivePair:
         `cap(watch)` names a reason to stop (retrying without end, a flood); nothing changed for QUIET seconds
         while no learner thread was running (QUIET_COMMITS when `work_done`: the calls are all made and an
         auto-commit may still come); both runs ended; `limit` real seconds, or `moving_limit` while the clock
-        moves (out_of_time: `cut_pace` says if that cut a pair still at work). Then stop both; returns why."""
+        moves (out_of_time: `cut` says if that cut a pair still at work). Then stop both; returns why."""
         began = time.monotonic()
         signature, changed, done_since = None, began, None
         # neither the clock moving nor a learner thread running (or waiting for a CPU) is work done, but
@@ -353,7 +358,8 @@ class LivePair:
             elif not any(self.running(s) for s in self.scripts):
                 stop = Stop(Reason.EXITED)
             elif out_of_time(now - began, limit, moving_limit, moving):
-                self.cut_pace = clock.cut_pace(now) if moving_limit > limit else None
+                pace = clock.cut_pace(now) if moving_limit > limit else None
+                self.cut = Cut(pace, self.clocks[self.scripts[0]].now()) if pace is not None else None
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{now - began:.0f}"))
             else:
                 current = self.watch.signature()

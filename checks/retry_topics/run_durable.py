@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.brokers.kafka.state import KafkaState, read_state
-from retrylab.checks.retry_topics import lab, pair, waiting
+from retrylab.checks.retry_topics import durability, lab, pair, waiting
 from retrylab.checks.retry_topics.clock import pair_clocks
 from retrylab.checks.retry_topics.hangs import HangingRetries
 from retrylab.checks.retry_topics.runs import RUNS
@@ -97,7 +97,7 @@ class DurableRun:
     hung: tuple[tuple[str, int], ...]   # (order, call number) of the calls that hung
     retry_produced_at: float | None     # real epoch seconds consumer.py produced the target's retry record
     hang_waited: float | None           # real seconds the harness waited for the target's retry to hang (or gave up)
-    cut_pace: float | None              # a wait's limit cut the pair still at work: its clock's pace (ClockWatch)
+    cut: pair.Cut | None                # a wait's limit cut the pair while its clock still moved (ClockWatch)
     batch_at: float | None              # real epoch seconds the second batch was produced (None: never)
     batch_handled: bool                 # the main group committed the second batch before the kill
     state: KafkaState | None            # the topics and commits at the end
@@ -105,6 +105,12 @@ class DurableRun:
 
     def merchant(self, order: str) -> str:
         return next(c["merchant"] for c in self.published if c["orderId"] == order)
+
+    def due_times(self) -> list[float]:
+        """nextRetryTime (virtual epoch seconds) of every record on callbacks.retry."""
+        found = [durability.retry_field(self, r, lab.NEXT_RETRY_TIME) for c in self.published
+                 for r in durability.retry_records(self.state, c["orderId"])] if self.state is not None else []
+        return [t / 1000 for t in found if t is not None]
 
     @property
     def missing(self) -> str | None:
@@ -136,7 +142,7 @@ class _Scenario:
         self.landed: dict[str, tuple[int, int]] = {}
         self.samples: dict[str, list[Sample]] = {}
         self.facts = dict(killed_at=None, retry_produced_at=None, hang_waited=None, batch_at=None, batch_handled=False,
-                          cut_pace=None)
+                          cut=None)
 
     def _live(self) -> pair.LivePair:
         return pair.LivePair(self.learner, self.endpoint, self.app, self.main_clock, self.retry_clock, self.cancelled)
@@ -160,14 +166,16 @@ class _Scenario:
     def _until(self, live: pair.LivePair, predicate, seconds: float, moving_limit: float = 0.0) -> bool:
         """Wait (sampling) until `predicate()`, at most `seconds`, or `moving_limit` while the clock moves
         (pair.out_of_time); False on time, cancelled, or a run that ended. A wait cut by `moving_limit` while the
-        pair still worked toward a due time sets the fact cut_pace."""
+        pair's clock still moved sets the fact `cut`."""
         began = time.monotonic()
         clock = pair.ClockWatch(began)
         while not self.cancelled.is_set() and all(live.running(s) for s in live.scripts):
             now = time.monotonic()
             if pair.out_of_time(now - began, seconds, moving_limit, clock.look(live.watch.clock(), now)):
                 if moving_limit > seconds:
-                    self.facts["cut_pace"] = self.facts["cut_pace"] or clock.cut_pace(now)
+                    pace = clock.cut_pace(now)
+                    if pace is not None and self.facts["cut"] is None:
+                        self.facts["cut"] = pair.Cut(pace, self.shared.now())
                 break
             self._sample(live)
             if predicate():
@@ -244,7 +252,7 @@ class _Scenario:
             fetching = live.wait_fetching()
             done = lambda watch: all(self.notifier.calls[o] >= n for o, n in expected.items())   # noqa: E731
             stop = live.settle(done, cap=lambda watch: None)
-            self.facts["cut_pace"] = self.facts["cut_pace"] or live.cut_pace
+            self.facts["cut"] = self.facts["cut"] or live.cut
             runs = dict(zip(live.scripts, live.stop_and_collect(stop)))
         return Half(runs, {}, fetching)
 

@@ -86,7 +86,7 @@ class MainRun:
     stop: Stop | None                   # why the pair was stopped
     times: pair.PairTimes
     read_seconds: float = 0.0           # reading the broker at the end
-    cut_pace: float | None = None       # the settle's limit cut the pair still at work: its clock's pace (LivePair)
+    cut: pair.Cut | None = None         # the settle's limit cut the pair while its clock still moved (LivePair)
 
     @property
     def published(self) -> list[dict]:
@@ -114,6 +114,10 @@ class MainRun:
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         return dict((self.state.committed if self.state else {}).get(group, {}))
+
+    def due_times(self) -> list[float]:
+        """nextRetryTime (virtual epoch seconds) of every record on callbacks.retry."""
+        return [r.next_retry_time / 1000 for r in self.records(lab.RETRY_TOPIC) if r.next_retry_time is not None]
 
     def ends(self) -> dict[tuple[str, int], int]:
         return pair.ends_of(list(self.placed))
@@ -177,7 +181,7 @@ def observe_main(learner, kafka_backend, cancelled=None) -> MainRun:
         read_seconds = time.monotonic() - began
     return MainRun(scenario=scenario, placed=tuple(placed), main=main, retry=retry, state=state,
                    main_clock=main_clock, retry_clock=retry_clock, fetching=fetching, stop=stop, times=live.times,
-                   read_seconds=read_seconds, cut_pace=live.cut_pace)
+                   read_seconds=read_seconds, cut=live.cut)
 
 
 @pytest.fixture(scope="session")
