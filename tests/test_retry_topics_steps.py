@@ -214,11 +214,12 @@ def test_a_pair_cut_by_the_moving_limit_while_its_clock_keeps_pace_is_not_judged
         observe.incomplete(_run(live.cut, lab.INTERVAL / 2), "too few calls")
     assert ("too few calls" in str(raised.value)) is judged
     assert ("Poll with a timeout of about a second" if judged else "too busy") in str(raised.value)
-    # a retry only just due counts (the pair was about to make it); a clock moved past every due time, or a pair
-    # the limit did not cut, is judged on what it did
+    # a retry only just due counts (the pair was about to make it); a clock moved past every due time, or toward one
+    # further than an interval (a retry a hundred years ahead), or a pair the limit did not cut, is judged
     with pytest.raises(CheckFailed if judged else CannotJudge):
         observe.incomplete(_run(live.cut, -observe.DUE_SLACK / 2), "too few calls")
-    for run in (_run(live.cut), _run(live.cut, -2 * observe.DUE_SLACK, -lab.INTERVAL), _run(None)):
+    for run in (_run(live.cut), _run(live.cut, -2 * observe.DUE_SLACK, -lab.INTERVAL), _run(None),
+                _run(live.cut, 100 * 365 * 86400.0), _run(live.cut, 2 * lab.INTERVAL)):
         with pytest.raises(CheckFailed, match="^too few calls$"):
             observe.incomplete(run, "too few calls")
 
