@@ -190,7 +190,9 @@ def _settle(pace: float) -> tuple[pair.LivePair, Stop]:
     live = pair.LivePair(learner=types.SimpleNamespace(), endpoint=None, app=None, main_clock=main_clock,
                          retry_clock=retry_clock)
     live.watch = _Watch(pace)
-    stop = live.settle(done=lambda watch: False, cap=lambda watch: None, limit=0.3, moving_limit=0.6)
+    # the moving limit past MOVING: a pace is taken over MOVING real seconds at least
+    stop = live.settle(done=lambda watch: False, cap=lambda watch: None, limit=pair.MOVING,
+                       moving_limit=2 * pair.MOVING)
     return live, stop
 
 
@@ -227,10 +229,12 @@ def test_a_pair_cut_by_the_moving_limit_while_its_clock_keeps_pace_is_not_judged
 def test_a_wait_ended_by_its_plain_limit_or_a_clock_that_stopped_cut_nothing_short():
     watch = pair.ClockWatch(now=0.0)
     watch.look(0.0, now=0.0)
-    watch.look(1000.0, now=20.0)                            # 50 virtual s per real s, still moving
-    assert watch.pace(20.0) == 50.0 and watch.cut_pace(20.0) == 50.0
-    watch.look(1000.0, now=20.0 + pair.MOVING)              # then no move for MOVING s: waiting for nothing
-    assert watch.cut_pace(20.0 + pair.MOVING) is None
+    watch.look(0.0, now=5.0)                                # the pair handles records: the clock stays
+    watch.look(50.0, now=6.0)                               # then moves: its pace counts from its first move
+    watch.look(1000.0, now=25.0)                            # about 50 virtual s per real s, still moving
+    assert watch.pace(25.0) == 1000.0 / 19.0 and watch.cut_pace(25.0) == watch.pace(25.0)
+    watch.look(1000.0, now=25.0 + pair.MOVING)              # then no move for MOVING s: waiting for nothing
+    assert watch.cut_pace(25.0 + pair.MOVING) is None
     live, stop = _settle(pace=0.0)                          # the clock never moved: the plain limit, a verdict
     assert live.cut is None and stop.reason == Reason.CAP
 

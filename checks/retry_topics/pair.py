@@ -63,9 +63,10 @@ MOVING_SPAN = lab.MAX_ATTEMPTS * lab.INTERVAL   # virtual seconds: a correct pai
 # intervals at most (measured: 1200 s in the main run, 600 s to the hang and 600-1200 s after the restart); a clock
 # moved further is waiting for nothing due (a retry a hundred years ahead, retries without end)
 # virtual seconds per real second: a wait cut by its moving limit while the clock moved at least this fast toward a
-# due time cut a pair still at work, which is not judged (LivePair.cut, observe.incomplete). Correct pairs keep 125-230 on a quiet
-# machine (each wait of a grading, all three pause-and-poll entries); a pair run 8 times slower kept 16-29. A pair
-# that polls toward its due time slower than this (1 ms timeouts: about 1 per second) is judged as it stands
+# due time cut a pair still at work, which is not judged (LivePair.cut, observe.incomplete). Correct pairs keep
+# 125-230 on a quiet machine (each wait of a grading, all three pause-and-poll entries); run 8 times slower, 16-29
+# (10-11 polling at 50 ms). A pair polling toward its due time slower than this (1 ms timeouts: about 1 per second)
+# is judged as it stands
 MIN_PACE = 10.0
 STUCK_CPU = 3.0             # CPU seconds of one script without a change (_Stuck): it spins
 LOOK = 0.05                 # real seconds between two looks of `settle`
@@ -88,6 +89,7 @@ class ClockWatch:
         self.start: float | None = None
         self.offset: float | None = None
         self.moved = now
+        self.first_move: float | None = None    # real time the clock first moved in this wait
         self.moving = False
 
     def look(self, offset: float, now: float) -> bool:
@@ -95,14 +97,19 @@ class ClockWatch:
             self.start = offset
         if offset != self.offset:
             self.offset, self.moved = offset, now
+            if self.first_move is None and offset != self.start:
+                self.first_move = now
         self.moving = now - self.moved < MOVING and offset - self.start < MOVING_SPAN
         return self.moving
 
     def pace(self, now: float) -> float:
-        """Virtual seconds the clock moved per real second since the wait began."""
-        if self.start is None or self.offset is None or now <= self.began:
+        """Virtual seconds the clock moved per real second since it first moved in this wait (before that, the pair
+        handles records in real time: with learners 8 times slower, a correct pair polling at 50 ms kept 10.4 while
+        it moved, and less counted from the start of step 7's wait for the hang, which failed it). Over MOVING s at
+        least: one jump is no pace."""
+        if self.first_move is None or now <= self.first_move:
             return 0.0
-        return (self.offset - self.start) / (now - self.began)
+        return (self.offset - self.start) / max(now - self.first_move, MOVING)
 
     def cut_pace(self, now: float) -> float | None:
         """If ending the wait now, at its moving limit, cuts a pair still at work (at the last look its clock still
