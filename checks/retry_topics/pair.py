@@ -65,9 +65,9 @@ MOVING_SPAN = lab.MAX_ATTEMPTS * lab.INTERVAL   # virtual seconds: a correct pai
 # virtual seconds per real second: a wait cut by its moving limit while the clock moved at least this fast toward a
 # due time cut a pair still at work, which is not judged (LivePair.cut, observe.incomplete). Correct pairs keep
 # 125-230 on a quiet machine (each wait of a grading, all three pause-and-poll entries); run 8 times slower, 16-29
-# (10-11 polling at 50 ms). A pair polling toward its due time slower than this (1 ms timeouts: about 1 per second)
-# is judged as it stands
-MIN_PACE = 10.0
+# (10-11 polling at 50 ms, and a wait of step 7 under 10 once). A pair polling toward its due time slower than this
+# (1 ms timeouts: about 1 per second) is judged as it stands
+MIN_PACE = 5.0
 STUCK_CPU = 3.0             # CPU seconds of one script without a change (_Stuck): it spins
 LOOK = 0.05                 # real seconds between two looks of `settle`
 RUN_TIMEOUT = START_LIMIT + MOVING_LIMIT + 5.0      # a run's outer bound in the runner (never reached normally)
