@@ -216,6 +216,7 @@ def test_a_pair_cut_by_the_moving_limit_while_its_clock_keeps_pace_is_not_judged
         observe.incomplete(_run(live.cut, lab.INTERVAL / 2), "too few calls")
     assert ("too few calls" in str(raised.value)) is judged
     assert ("Poll with a timeout of about a second" if judged else "too busy") in str(raised.value)
+    assert f"limit of {2 * pair.MOVING:.0f} s ran out" in str(raised.value)     # the wait's own limit
     # a retry only just due counts (the pair was about to make it); a clock moved past every due time, or toward one
     # further than an interval (a retry a hundred years ahead), or a pair the limit did not cut, is judged
     with pytest.raises(CheckFailed if judged else CannotJudge):

@@ -63,7 +63,7 @@ def incomplete(run, message: str) -> NoReturn:
     cut = run.cut
     if cut is None or not any(-DUE_SLACK < due - cut.clock <= lab.INTERVAL + DUE_SLACK for due in run.due_times()):
         fail(message)
-    facts = dict(seconds=f"{pair.MOVING_LIMIT:.0f}", pace=f"{cut.pace:.1f}")
+    facts = dict(seconds=f"{cut.limit:.0f}", pace=f"{cut.pace:.1f}")
     if cut.pace >= pair.MIN_PACE:
         cannot_judge(tr("observe.cut_short", **facts))
     fail(f"{message}\n{tr('observe.crawled', **facts)}")

@@ -78,6 +78,7 @@ class Cut:
     """A wait of the harness ended by its moving limit while the pair's clock still moved (ClockWatch.cut_pace)."""
     pace: float         # virtual seconds per real second since the wait began
     clock: float        # the run's virtual epoch seconds then: a retry due later was still to come
+    limit: float        # the real seconds the wait lasted (its moving limit)
 
 
 class ClockWatch:
@@ -366,7 +367,7 @@ class LivePair:
                 stop = Stop(Reason.EXITED)
             elif out_of_time(now - began, limit, moving_limit, moving):
                 pace = clock.cut_pace(now) if moving_limit > limit else None
-                self.cut = Cut(pace, self.clocks[self.scripts[0]].now()) if pace is not None else None
+                self.cut = Cut(pace, self.clocks[self.scripts[0]].now(), moving_limit) if pace is not None else None
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{now - began:.0f}"))
             else:
                 current = self.watch.signature()

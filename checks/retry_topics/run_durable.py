@@ -175,7 +175,7 @@ class _Scenario:
                 if moving_limit > seconds:
                     pace = clock.cut_pace(now)
                     if pace is not None and self.facts["cut"] is None:
-                        self.facts["cut"] = pair.Cut(pace, self.shared.now())
+                        self.facts["cut"] = pair.Cut(pace, self.shared.now(), moving_limit)
                 break
             self._sample(live)
             if predicate():
