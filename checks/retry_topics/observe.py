@@ -58,8 +58,8 @@ def incomplete(run, message: str) -> NoReturn:
     interval, or only just due: DUE_SLACK; a correct pair's records are due an interval after they were made): at
     pair.MIN_PACE or faster a busy machine may have slowed a correct pair, which is no verdict; slower, the pair
     crawls (each poll of its paused consumer costs more real time than its timeout is worth), which the message
-    says. A clock moved past every due time, or toward one further than an interval
-    (a retry a hundred years ahead), waits for nothing a correct pair waits for: a plain failure."""
+    says. A clock moved past every due time, or toward one further than an interval (a retry a hundred years
+    ahead), waits for nothing a correct pair waits for: a plain failure."""
     cut = run.cut
     if cut is None or not any(-DUE_SLACK < due - cut.clock <= lab.INTERVAL + DUE_SLACK for due in run.due_times()):
         fail(message)

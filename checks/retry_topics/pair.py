@@ -76,7 +76,7 @@ RUN_TIMEOUT = START_LIMIT + MOVING_LIMIT + 5.0      # a run's outer bound in the
 @dataclass(frozen=True)
 class Cut:
     """A wait of the harness ended by its moving limit while the pair's clock still moved (ClockWatch.cut_pace)."""
-    pace: float         # virtual seconds per real second since the wait began
+    pace: float         # virtual seconds per real second since the clock first moved in the wait (ClockWatch.pace)
     clock: float        # the run's virtual epoch seconds then: a retry due later was still to come
     limit: float        # the real seconds the wait lasted (its moving limit)
 
@@ -86,7 +86,6 @@ class ClockWatch:
     correct pair waits for (it moved in the last MOVING real seconds, and by less than MOVING_SPAN in all)."""
 
     def __init__(self, now: float):
-        self.began = now
         self.start: float | None = None
         self.offset: float | None = None
         self.moved = now

@@ -15,8 +15,8 @@ one DLQ record, K 3 calls (paid twice, refunded once).
 The run ends (pair.LivePair.settle) when that outcome is complete, with both groups' offsets at the ends of
 what they read, and stays so for DONE_SETTLE; when one order was notified more than CALLS_FOREVER times
 (retrying without end) or the learner produced more than FLOOD records meanwhile; when nothing changed for a
-while; or at SETTLE_LIMIT (MOVING_LIMIT while the clock still moves toward a due time: a pair cut there was
-still at work, and what it had not done yet is not judged). Then the broker is read (every record, committed offsets).
+while; or at SETTLE_LIMIT (MOVING_LIMIT while the clock still moves toward a due time: a pair cut there may
+have been still at work, see observe.incomplete). Then the broker is read (every record, committed offsets).
 """
 from __future__ import annotations
 
