@@ -89,6 +89,7 @@ class Progress:
         self._cpu = 0.0
         self._cpu_at_change: float | None = None    # None until the first broker command
         self._commands_at_change = 0
+        self.changes = 0                            # how many changes the looks saw (the first command's included)
         self._calm: tuple | None = None             # what the link and /proc showed at the last look
         self._blocked: list = []
         self.stopped_at: float | None = None        # when the stop condition said "stop"
@@ -112,6 +113,7 @@ class Progress:
         if signature != self._signature or self._cpu_at_change is None:
             self._signature, self._changed_at, self._cpu_at_change = signature, time.monotonic(), self._cpu
             self._commands_at_change = len(self.link.commands())
+            self.changes += 1
         self._blocked = self._look_blocked()
 
     def _look_blocked(self) -> list:

@@ -233,20 +233,21 @@ def test_a_wait_ended_by_its_plain_limit_or_a_clock_that_stopped_cut_nothing_sho
     watch.look(0.0, now=5.0)                                # the pair handles records: the clock stays
     watch.look(50.0, now=6.0)                               # then moves: its pace counts from its first move
     watch.look(1000.0, now=25.0)                            # about 50 virtual s per real s, still moving
-    assert watch.pace(25.0) == 1000.0 / 19.0 and watch.cut_pace(25.0) == watch.pace(25.0)
+    assert watch.pace(25.0) == 1000.0 / 19.0
+    assert watch.cut(25.0, 7.0, 25.0, 50.0) == pair.Cut(watch.pace(25.0), 7.0, 50.0)
+    assert watch.cut(25.0, 7.0, 50.0, 50.0) is None         # no moving limit: the plain limit cut nothing short
     watch.look(1000.0, now=25.0 + pair.MOVING)              # then no move for MOVING s: waiting for nothing
-    assert watch.cut_pace(25.0 + pair.MOVING) is None
+    assert watch.cut(25.0 + pair.MOVING, 7.0, 25.0, 50.0) is None
     live, stop = _settle(pace=0.0)                          # the clock never moved: the plain limit, a verdict
     assert live.cut is None and stop.reason == Reason.CAP
 
 
 class _Script:
-    """One script of a pair as a stop condition sees it: it sent commands, changed nothing, and used `cpu`."""
+    """One script of a pair as a stop condition sees it: it sent commands, changed nothing since, and used `cpu`."""
 
     def __init__(self):
         self.cpu_used = 0.0
-        self.link = types.SimpleNamespace(shape=lambda: ("same",))
-        self.channel = types.SimpleNamespace(record=[])
+        self.changes = 1            # its first broker command
 
     def started(self) -> bool:
         return True

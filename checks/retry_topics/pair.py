@@ -75,7 +75,7 @@ RUN_TIMEOUT = START_LIMIT + MOVING_LIMIT + 5.0      # a run's outer bound in the
 
 @dataclass(frozen=True)
 class Cut:
-    """A wait of the harness ended by its moving limit while the pair's clock still moved (ClockWatch.cut_pace)."""
+    """A wait of the harness ended by its moving limit while the pair's clock still moved (ClockWatch.cut)."""
     pace: float         # virtual seconds per real second since the clock first moved in the wait (ClockWatch.pace)
     clock: float        # the run's virtual epoch seconds then: a retry due later was still to come
     limit: float        # the real seconds the wait lasted (its moving limit)
@@ -111,11 +111,13 @@ class ClockWatch:
             return 0.0
         return (self.offset - self.start) / max(now - self.first_move, MOVING)
 
-    def cut_pace(self, now: float) -> float | None:
-        """If ending the wait now, at its moving limit, cuts a pair still at work (at the last look its clock still
-        moved toward a due time), the clock's pace: at MIN_PACE or more, a busy machine may have slowed a correct
-        pair this much. None: the pair was not at work (its clock stood still, or never moved in this wait)."""
-        return self.pace(now) if self.moving and self.offset != self.start else None
+    def cut(self, now: float, virtual_now: float, limit: float, moving_limit: float) -> Cut | None:
+        """A wait (of `limit`, or `moving_limit` while the clock moves) ended now by its limit: the Cut, if that cut a
+        pair still at work (at the last look its clock still moved toward a due time, in a wait with a moving limit).
+        None: the pair was not at work (its clock stood still, or never moved in this wait)."""
+        if moving_limit <= limit or not self.moving or self.offset == self.start:
+            return None
+        return Cut(self.pace(now), virtual_now, moving_limit)
 
 
 def out_of_time(elapsed: float, limit: float, moving_limit: float, moving: bool) -> bool:
@@ -261,17 +263,16 @@ class _Stuck(StopCondition):
     def __init__(self, watch: PairWatch):
         self.watch = watch
         self.startup = no_progress(cpu=STUCK_CPU)      # its CPU before its first broker command, as no_progress
-        self.signature = None
+        self.changes = -1                              # the run's change count (Progress.changes) last seen
         self.changed: float | None = None              # the clock at the script's last change
         self.moved = (0.0, 0.0)                        # (the clock, the script's CPU) when it last counted
 
     def check(self, progress) -> Stop | None:
         if not progress.started():
             return self.startup.check(progress)
-        signature = (progress.link.shape(), len(progress.channel.record))
         clock, cpu = self.watch.clock(), progress.cpu()
-        if signature != self.signature or self.changed is None:
-            self.signature, self.changed, self.moved = signature, clock, (clock, cpu)
+        if progress.changes != self.changes:
+            self.changes, self.changed, self.moved = progress.changes, clock, (clock, cpu)
         elif clock != self.moved[0] and clock - self.changed < MOVING_SPAN:
             self.moved = (clock, cpu)
         used = cpu - self.moved[1]
@@ -365,8 +366,7 @@ class LivePair:
             elif not any(self.running(s) for s in self.scripts):
                 stop = Stop(Reason.EXITED)
             elif out_of_time(now - began, limit, moving_limit, moving):
-                pace = clock.cut_pace(now) if moving_limit > limit else None
-                self.cut = Cut(pace, self.clocks[self.scripts[0]].now(), moving_limit) if pace is not None else None
+                self.cut = clock.cut(now, self.clocks[self.scripts[0]].now(), limit, moving_limit)
                 stop = Stop(Reason.CAP, tr("pair.limit", seconds=f"{now - began:.0f}"))
             else:
                 current = self.watch.signature()

@@ -172,10 +172,7 @@ class _Scenario:
         while not self.cancelled.is_set() and all(live.running(s) for s in live.scripts):
             now = time.monotonic()
             if pair.out_of_time(now - began, seconds, moving_limit, clock.look(live.watch.clock(), now)):
-                if moving_limit > seconds:
-                    pace = clock.cut_pace(now)
-                    if pace is not None and self.facts["cut"] is None:
-                        self.facts["cut"] = pair.Cut(pace, self.shared.now(), moving_limit)
+                self.facts["cut"] = self.facts["cut"] or clock.cut(now, self.shared.now(), seconds, moving_limit)
                 break
             self._sample(live)
             if predicate():
