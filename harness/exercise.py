@@ -119,8 +119,11 @@ def get(exercise_id: str | None = None) -> Exercise:
         raise UnknownExercise(f"unknown exercise {exercise_id!r} (known: {known})") from None
 
 
+@cache
 def for_path(path: Path) -> Exercise | None:
-    """The exercise whose folder holds `path` (a check module), if any."""
+    """The exercise whose folder holds `path` (a check module), if any. Kept: the plugin asks for each phase of
+    each check, and every answer resolves the folders' real paths, as many file-system lookups as there are
+    folders in them (exercises() is kept too, so the answer cannot change)."""
     path = Path(path).resolve()
     for exercise in exercises().values():
         if exercise.folder.resolve() in path.parents:
