@@ -507,7 +507,8 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
     with contextlib.ExitStack() as cleanup, \
             concurrent.futures.ThreadPoolExecutor(max_workers=config.jobs) as pool:
         cleanup.callback(tempdirs.remove_tree, workdir)
-        warm = WarmPool(config.exercise_id, config.backend, START_LIMIT) if config.warm and todo else None
+        warm = (WarmPool(config.exercise_id, config.backend, START_LIMIT, lang=config.lang)
+                if config.warm and todo else None)
         if warm is not None:
             cleanup.callback(warm.close)    # after the pool's threads are done (the ExitStack unwinds last)
         futures = {pool.submit(grade_in_subprocess, s, config, workdir, running, warm): (s, d) for s, d in todo}

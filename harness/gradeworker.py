@@ -4,7 +4,7 @@ submission still graded in a process of its own.
 A cold grading process spends most of a second before it grades anything: the interpreter, pytest,
 the harness, the broker's client and server libraries, and the probe that measures what containment
 the machine allows (a learner process started in each way). A warm process (`python -m
-retrylab.gradeworker EXERCISE BACKEND`) does all that once, then forks one child per submission; the child
+retrylab.gradeworker EXERCISE BACKEND LANG`) does all that once, then forks one child per submission; the child
 is what `python -m retrylab.batch` would be (its own session and process group, its own private
 servers and sandboxes, the same report file), started in a few milliseconds. Nothing of one grading
 is seen by the next: each is a fresh fork of the warm process, which itself never grades.
@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 
-from retrylab import procfs
+from retrylab import i18n, procfs
 
 WARM_GRADINGS = 50      # gradings forked from one warm process before a fresh one replaces it
 READ_SLICE = 0.5        # seconds a wait holds the line reader, so another thread can stop the grading
@@ -49,11 +49,11 @@ class WarmUnavailable(Exception):
 class WarmWorker:
     """One warm process, used by one batch thread at a time."""
 
-    def __init__(self, exercise_id: str, backend: str, start_limit: float):
+    def __init__(self, exercise_id: str, backend: str, start_limit: float, lang: str = i18n.DEFAULT):
         self.gradings = 0
         self.broken = False
         self._buffer = b""
-        self._proc = subprocess.Popen([sys.executable, "-m", "retrylab.gradeworker", exercise_id, backend],
+        self._proc = subprocess.Popen([sys.executable, "-m", "retrylab.gradeworker", exercise_id, backend, lang],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       start_new_session=True)
         try:
@@ -155,8 +155,8 @@ class WarmPool:
     """A warm process per batch thread, made when the thread first grades and replaced when worn; when
     one cannot be made, that thread grades cold from then on."""
 
-    def __init__(self, exercise_id: str, backend: str, start_limit: float):
-        self._exercise_id, self._backend = exercise_id, backend
+    def __init__(self, exercise_id: str, backend: str, start_limit: float, lang: str = i18n.DEFAULT):
+        self._exercise_id, self._backend, self._lang = exercise_id, backend, lang
         self._start_limit = start_limit
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -171,7 +171,7 @@ class WarmPool:
         if getattr(self._local, "cold", False):
             return None
         try:
-            current = WarmWorker(self._exercise_id, self._backend, self._start_limit)
+            current = WarmWorker(self._exercise_id, self._backend, self._start_limit, self._lang)
         except (WarmUnavailable, OSError):     # it did not come up, or could not be started
             self._local.cold, current = True, None
         self._local.worker = current
@@ -189,11 +189,12 @@ class WarmPool:
 
 # -- the warm process ----------------------------------------------------------------------------------
 
-def _warm_up(exercise_id: str, backend: str) -> None:
+def _warm_up(exercise_id: str, backend: str, lang: str = i18n.DEFAULT) -> None:
     """Import what every grading imports (the modules of the backend's servers too, where they fork from the
-    grading, else look for what spawning them uses), measure the containment and start the learner template once;
-    the forks inherit all of it."""
+    grading, else look for what spawning them uses), measure the containment, start the learner template and read
+    the message catalogs once; the forks inherit all of it."""
     grading = importlib.import_module("retrylab.grading")    # pytest, the plugin, the reporters
+    importlib.import_module("retrylab.batch")                 # what a forked grading runs (batch.child_main)
     from retrylab import brokers, plugin, sandbox, spawn, warmstart
     from retrylab import exercise as exercises
     exercise = exercises.get(exercise_id)
@@ -205,6 +206,8 @@ def _warm_up(exercise_id: str, backend: str) -> None:
         warmstart.template(plugin.warm_imports(exercise), sandbox.Sandbox.template_environment())
         warmstart.share_with_forks()
     grading.collect(exercise)   # the checks, their fixtures' modules and the broker's libraries, imported once
+    i18n.exercise_catalog(exercise)
+    i18n.preload((lang,))       # the engine's, the exercise's and its checks' messages, in the batch's language
 
 
 def _graded_child(request: dict) -> None:
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the batch stops its gradings itself, then closes stdin
     try:
-        _warm_up(argv[0], argv[1])
+        _warm_up(*argv[:3])
     except Exception:  # noqa: BLE001 - no "ready": the batch grades cold, and that grading says what is wrong
         return 1
     if procfs.own_threads() != 1:                  # a fork would inherit locks held by other threads

@@ -141,10 +141,17 @@ def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_g
 @pytest.mark.parametrize("backend, forks_servers", [("fake", True), ("redis-server", False)])
 def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_fork(backend, forks_servers):
     """The fake server's modules too, for the backend whose servers the gradings fork; for another, what spawning
-    its servers looks for."""
-    script = (f"import sys; from retrylab import gradeworker, spawn; gradeworker._warm_up('backoff-dlq', {backend!r}); "
+    its servers looks for. The message catalogs are read too, in the batch's language and English."""
+    script = (f"import sys; from retrylab import gradeworker, i18n, spawn; "
+              f"gradeworker._warm_up('backoff-dlq', {backend!r}, 'ru'); "
               "print('redis' in sys.modules, 'checks.backoff_dlq.test_step1_worker' in sys.modules, "
-              "'fakeredis' in sys.modules, bool(spawn._setpriv_found))")
+              "'fakeredis' in sys.modules, bool(spawn._setpriv_found)); "
+              "from retrylab.checks.backoff_dlq import catalog; from retrylab import exercise; "
+              "made = [i18n.engine(), i18n.exercise_catalog(exercise.get('backoff-dlq')), "
+              "catalog.tr.__closure__[0].cell_contents]; "
+              "print(*(sorted(c.messages) for c in made), sep='|')")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
     # where the gradings spawn their servers, setpriv has been looked for once, before any fork
-    assert done.stdout.split() == ["True", "True", str(forks_servers), str(not forks_servers)], done.stderr
+    assert lines[0].split() == ["True", "True", str(forks_servers), str(not forks_servers)], done.stderr
+    assert lines[1] == "|".join([str(["en", "ru"])] * 3), done.stderr
