@@ -9,7 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from helpers import alive, wait_until
 from retrylab.brokers.redis import BROKER, fake_server_process
@@ -175,3 +178,18 @@ def test_a_fake_server_started_again_mid_grading_is_a_new_interpreter():
     first, again = (json.loads(line) for line in out.splitlines()[:2])
     assert first["kind"] == "ForkedServer" and again["kind"] == "Popen" and again["pong"] is True, err
     assert not again["cmdline_is_ours"]
+
+
+def test_waiting_for_a_forked_server_returns_when_it_ends_and_not_before():
+    pid = os.fork()
+    if pid == 0:                                     # the "server": ends by itself a moment later
+        time.sleep(0.3)
+        os._exit(3)
+    with open(os.devnull, "wb") as stdin, open(os.devnull, "rb") as stdout:
+        server = fake_server_process.ForkedServer(pid, stdin, stdout)
+        with pytest.raises(subprocess.TimeoutExpired):
+            server.wait(0.05)
+        started = time.monotonic()
+        assert server.wait(10) == 3
+        assert time.monotonic() - started < 5        # woken by its end, not at the end of the limit
+        assert server.wait(0) == 3                   # ended: answered at once, again

@@ -236,11 +236,22 @@ class ForkedServer:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        """Its exit status, as soon as it has ended: its pidfd wakes the wait (every grading waits for its server
+        to end; a 10 ms poll made that a few ms longer). Polled where the kernel gives no pidfd."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired("fake Redis server", timeout)
-            time.sleep(0.01)
+        pidfd = _pidfd(self.pid) if self.poll() is None else None
+        try:
+            while self.poll() is None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise subprocess.TimeoutExpired("fake Redis server", timeout)
+                if pidfd is None:
+                    time.sleep(0.01)
+                else:
+                    select.select([pidfd], [], [], remaining)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
         return self.returncode
 
     def kill(self) -> None:
@@ -249,6 +260,13 @@ class ForkedServer:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):   # no pidfd here (an old kernel), or the process is gone
+        return None
 
 
 # --------------------------------------------------------------------------------------------------------------------
