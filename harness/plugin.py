@@ -281,8 +281,10 @@ def pytest_runtest_makereport_without_traceback(item, call):
     """The report of a check that gave a verdict (or could not judge), made without pytest's traceback.
 
     pytest would format one first (each frame's source, found through inspect's walk of every module's real
-    path), for a text the wrapper below replaces with the message: 4% of the CPU of a batch of the corpus."""
-    if call.excinfo is not None and call.excinfo.errisinstance((CheckFailed, CannotJudge)):
+    path), for a text the wrapper below replaces with the message: 4% of the CPU of a batch of the corpus.
+    An empty message is left to pytest: as the text of a failure, pytest would take it for no failure at all."""
+    if (call.excinfo is not None and call.excinfo.errisinstance((CheckFailed, CannotJudge))
+            and call.excinfo.value.message):
         plain = copy.copy(call)
         plain.excinfo = call.excinfo.value.message      # pytest takes a non-ExceptionInfo as the failure's text
         return pytest.TestReport.from_item_and_call(item, plain)
