@@ -53,6 +53,16 @@ class Beside:
         self.cancel()
 
 
+def join_if_started(thread: threading.Thread, timeout: float | None = None) -> None:
+    """`thread.join(timeout)` for a thread that may not have started: a relay lists a thread for its close() before
+    starting it, and close() can come in between (another thread closing, or a Ctrl-C landing in start() on the
+    main thread). join() would raise RuntimeError ("cannot join thread before it is started"), and an interrupted
+    grading would report a harness error instead of the interruption. A thread not alive has nothing to wait for:
+    ended, or not started (it then finds its listener closed, or never runs)."""
+    if thread.is_alive():
+        thread.join(timeout)
+
+
 def without_step_clock(learner):
     """The learner runner without the current step's time limit (that clock belongs to the main thread):
     for a learner run in a thread beside the main one, bounded by its own timeout."""

@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from fakeredis import TcpFakeServer
 
+from retrylab import background
 from retrylab.brokers.redis import intercepts
 from retrylab.brokers.redis import proxy as proxy_module
 from retrylab.brokers.redis.commands import Command
@@ -947,3 +948,25 @@ def test_chained_intercepts_each_see_their_own_commands(backend):
             r.config_get("port")
         assert r.set("k", "v")
     assert [a[0] for a in guard.asked] == [b"CONFIG"]
+
+
+def test_an_interrupt_in_a_listeners_start_leaves_close_working(fake_server, tmp_path, monkeypatch):
+    """A Ctrl-C landing in serve_unix's Thread.start(), after the thread was listed for close(): close() must not
+    fail on the thread that never started (an interrupted grading would report a harness error)."""
+    relay = RecordingProxy(("127.0.0.1", fake_server.server_address[1])).start()
+    real_start = threading.Thread.start
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        relay.serve_unix(tmp_path / "redis.sock")
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    relay.close()                                   # no RuntimeError("cannot join thread before it is started")
+
+
+def test_joining_a_thread_that_never_started_returns_at_once():
+    thread = threading.Thread(target=time.sleep, args=(60,))
+    started = time.monotonic()
+    background.join_if_started(thread, 5)
+    assert time.monotonic() - started < 1 and not thread.is_alive()

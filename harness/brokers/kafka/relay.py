@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from retrylab.background import join_if_started
 from retrylab.brokers.kafka import wire
 
 MAX_CONNECTIONS = 256
@@ -164,7 +165,7 @@ class KafkaRelay:
                     _shutdown(sock)
         deadline = time.monotonic() + _CLOSE_BUDGET
         for thread in self._accepters + [t for c in conns for t in c.threads]:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            join_if_started(thread, max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> KafkaRelay:
         return self.start()

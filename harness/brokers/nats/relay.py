@@ -31,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from retrylab.background import join_if_started
 from retrylab.brokers.nats.protocol import Framer
 
 __all__ = ["Frame", "KEEP", "MAX_CONNECTIONS", "MAX_KEPT_BYTES", "MAX_RECORDS", "RecordingRelay"]
@@ -163,7 +164,7 @@ class RecordingRelay:
         threads = [thread for _, thread in listeners] + [t for conn in conns for t in list(conn.threads)]
         for thread in threads:
             if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
+                join_if_started(thread, max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> RecordingRelay:
         return self.start() if self._address is None else self

@@ -50,6 +50,7 @@ import termios
 import threading
 import time
 
+from retrylab.background import join_if_started
 from retrylab.brokers.redis.commands import Command
 from retrylab.brokers.redis.intercepts import Intercept, encode, refusal
 from retrylab.brokers.redis.resp import NO_NAME, CommandParser, ReplyParser
@@ -248,7 +249,7 @@ class RecordingProxy:
         threads += [t for conn in conns for t in list(conn.threads)]
         for thread in threads:
             if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
+                join_if_started(thread, max(0.0, deadline - time.monotonic()))
         # The relay threads close the sockets as they exit (never close a socket another thread may be blocked on);
         # the shutdowns above have already ended both TCP connections of every pair for the peers.
 
