@@ -23,9 +23,11 @@ from __future__ import annotations
 import atexit
 import importlib
 import contextlib
+import fcntl
 import json
 import os
 import random
+import resource
 import select
 import signal
 import subprocess
@@ -38,6 +40,7 @@ from retrylab import i18n, procfs
 
 WARM_GRADINGS = 50      # gradings forked from one warm process before a fresh one replaces it
 READ_SLICE = 0.5        # seconds a wait holds the line reader, so another thread can stop the grading
+ROOM_FOR_DESCRIPTORS = 1024   # descriptors a forked grading's table holds from the start (_room_for_descriptors)
 
 
 class WarmUnavailable(Exception):
@@ -215,6 +218,7 @@ def _graded_child(request: dict) -> None:
     code = 1
     try:
         os.setsid()                     # a group of its own, as the cold grading's start_new_session
+        _room_for_descriptors()
         atexit._clear()                 # the warm process's exit handlers are not this grading's
         random.seed()                   # not the warm process's sequence, shared by every fork
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -236,6 +240,16 @@ def _graded_child(request: dict) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _room_for_descriptors(count: int = ROOM_FOR_DESCRIPTORS) -> None:
+    """Grow this process's descriptor table now, while it has a single thread. A forked child's table is only as
+    large as its highest open descriptor needs; a process with threads that outgrows it waits for an RCU grace
+    period (10-20 ms here) in the thread that opens the descriptor: a relay's, or the main one mid-check."""
+    high = min(count, resource.getrlimit(resource.RLIMIT_NOFILE)[0]) - 1
+    if high > 2:
+        with contextlib.suppress(OSError):      # without it the table still grows when needed, only slower
+            os.close(fcntl.fcntl(0, fcntl.F_DUPFD, high))   # the lowest free number from `high` up: none replaced
 
 
 def _say(text: str) -> None:

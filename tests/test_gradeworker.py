@@ -155,3 +155,17 @@ def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_for
     # where the gradings spawn their servers, setpriv has been looked for once, before any fork
     assert lines[0].split() == ["True", "True", str(forks_servers), str(not forks_servers)], done.stderr
     assert lines[1] == "|".join([str(["en", "ru"])] * 3), done.stderr
+
+
+def test_a_forked_grading_grows_its_descriptor_table_before_it_has_threads_and_keeps_no_descriptor():
+    """Outgrowing the table later, with threads, costs the thread that opens a descriptor an RCU grace period."""
+    script = ("import os\n"
+              "def table(): return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('FDSize'))\n"
+              "from retrylab import gradeworker\n"
+              "before, fds = table(), sorted(os.listdir('/proc/self/fd'))\n"
+              "gradeworker._room_for_descriptors()\n"
+              "print(before, table(), sorted(os.listdir('/proc/self/fd')) == fds)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    before, after, same = done.stdout.split()
+    assert int(before) < gradeworker.ROOM_FOR_DESCRIPTORS <= int(after), done.stderr
+    assert same == "True"
