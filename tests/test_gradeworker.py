@@ -160,7 +160,8 @@ def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_for
 def test_a_forked_grading_grows_its_descriptor_table_before_it_has_threads_and_keeps_no_descriptor():
     """Outgrowing the table later, with threads, costs the thread that opens a descriptor an RCU grace period."""
     script = ("import os\n"
-              "def table(): return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('FDSize'))\n"
+              "def table():\n"
+              "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('FDSize'))\n"
               "from retrylab import gradeworker\n"
               "before, fds = table(), sorted(os.listdir('/proc/self/fd'))\n"
               "gradeworker._room_for_descriptors()\n"
