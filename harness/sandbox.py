@@ -28,10 +28,10 @@ on what the machine allows (`containment()` says what applies here):
   fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
   (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
   is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
-- Resource limits: address space, CPU time, file size, open files, no core dumps; where the harness may mount,
-  all the run writes in its folder (a tmpfs of its own, retrylab.runfs). Hitting one is
-  named in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory limit"), in
-  the language current when the script ran and when it is described (retrylab.i18n).
+- Resource limits: memory (the data the script may write, RLIMIT_DATA), CPU time, file size, open files, no core
+  dumps; where the harness may mount, all the run writes in its folder (a tmpfs of its own, retrylab.runfs).
+  Hitting one is named in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory
+  limit"), in the language current when the script ran and when it is described (retrylab.i18n).
 
 Warm start: the supervisor and the script are forked from the learner template (retrylab.warmstart, a process
 that has imported the learner side once) rather than started as two cold interpreters, wherever the run is not
@@ -100,7 +100,10 @@ def _errno_in(text: str) -> int | None:
 
 @dataclass(frozen=True)
 class Limits:
-    memory_bytes: int = 1 << 30          # address space
+    # data a script may write (RLIMIT_DATA: heap, anonymous mappings, thread stacks). Not the address space
+    # (RLIMIT_AS): glibc reserves a 64 MB malloc arena per thread, mostly never written, so 1 GiB of address space
+    # let a Kafka client's process start only about 16 threads (at 50 MB resident): "can't start new thread"
+    memory_bytes: int = 1 << 30
     file_bytes: int = 256 << 20          # largest file a script may write
     disk_bytes: int = 512 << 20          # all a run may write in its folder, where it can be bounded (runfs)
     disk_files: int = 65536              # files and folders there, the same way
@@ -505,7 +508,7 @@ class Sandbox:
     def _config(self, script: str, env: dict[str, str], status_fd: int, cgroups: list[str],
                 args: tuple[str, ...] = ()) -> dict:
         limits = self.limits
-        rlimits = [(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
+        rlimits = [(resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes),
                    (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
                    # SIGXCPU at the soft limit says why; SIGKILL follows if it is ignored
                    (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 2),

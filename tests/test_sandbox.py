@@ -83,6 +83,28 @@ def test_memory_limit_stops_a_runaway_allocation(tmp_path):
     assert result.crashed and "MemoryError" in result.stderr
 
 
+def test_the_memory_limit_counts_data_written_not_address_space_reserved(tmp_path):
+    # 40 threads that each malloc: glibc reserves a 64 MB arena per thread (at least 8 of them) and 8 MB of stack,
+    # so the address space passes 512 MiB while the data written (the stacks, counted whole) stays under it. A
+    # limit on address space refused a thread ("can't start new thread"), and the learner was told of a limit of
+    # 64 processes: a Kafka client's process got about 16 threads under 1 GiB, at 50 MB resident
+    folder = _submission(tmp_path, threads="""
+import threading
+ready = threading.Barrier(41)
+def work():
+    junk = [bytes(100) for _ in range(1000)]
+    ready.wait()
+for _ in range(40):
+    threading.Thread(target=work).start()
+ready.wait()
+print(int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) << 10)
+""")
+    with Sandbox(folder, Limits(memory_bytes=512 << 20)) as box:
+        result = box.run("threads.py", env={}, timeout=30)
+    assert result.returncode == 0, result.describe() + result.stderr
+    assert int(result.stdout) > 512 << 20       # the case this test is about
+
+
 def test_processes_left_behind_in_the_group_are_killed(tmp_path):
     # the pid comes back on stdout: as root the script runs as another uid, which cannot write here
     # (in a PID namespace of its own that pid is not the host's: a marker in its command line finds it)

@@ -12,9 +12,8 @@ pytestmark = pytest.mark.advanced("bounded-concurrency")
 GROWTH_LIMIT = 4    # threads more than before the burst (which the reference keeps at 0)
 BLOCKED_LIMIT = 4   # notify calls of one script blocked at once (each in a hung retry): a fixed pool of workers, one
 # per partition say, stays under it; the reference has one
-# A thread per failure often gets neither far: under the sandbox's 1 GiB of address space a process with a
-# Kafka client's threads can start only about four more (each new thread's malloc arena takes 64 MB), and
-# Python then raises this where the learner starts the next one (its timers keep the process alive)
+# A thread per failure may get neither far: past the sandbox's limit of processes (threads count), Python raises
+# this where the learner starts the next one (its timers keep the process alive)
 NO_MORE_THREADS = "can't start new thread"
 
 
