@@ -579,9 +579,22 @@ class Sandbox:
             return limits.phrase("disk")
         if "MemoryError" in tail or "Cannot allocate memory" in tail:
             return limits.phrase("memory")
-        if "Resource temporarily unavailable" in tail or "can't start new thread" in tail:
-            return limits.phrase("processes")  # fork or thread creation refused (EAGAIN)
+        if _task_refused(tail):
+            return limits.phrase("processes")
         return None
+
+
+def _task_refused(tail: str) -> bool:
+    """Whether the script's last words say a fork or a new thread was refused (EAGAIN). The same words come from
+    a BlockingIOError of a non-blocking socket or lock, which is no limit: so a "Resource temporarily
+    unavailable" counts only where a line just before it names a fork or a spawn (os.fork, subprocess's
+    _fork_exec, bash's "fork: retry")."""
+    if "can't start new thread" in tail:
+        return True
+    lines = tail.splitlines()
+    return any("Resource temporarily unavailable" in line and any(
+        word in before for before in lines[max(0, i - 4):i + 1] for word in ("fork", "spawn"))
+        for i, line in enumerate(lines))
 
 
 

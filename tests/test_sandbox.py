@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import runfs, tempdirs
+from retrylab import runfs, sandbox, tempdirs
 from retrylab.sandbox import CappedBuffer, Limits, Sandbox
 
 
@@ -103,6 +103,38 @@ print(int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) << 10
         result = box.run("threads.py", env={}, timeout=30)
     assert result.returncode == 0, result.describe() + result.stderr
     assert int(result.stdout) > 512 << 20       # the case this test is about
+
+
+def test_a_blocking_io_error_is_not_called_the_process_limit(tmp_path):
+    # EAGAIN of a non-blocking socket reads "Resource temporarily unavailable", as a refused fork does
+    folder = _submission(tmp_path, nb="import socket\na, b = socket.socketpair()\na.setblocking(False)\na.recv(1)\n")
+    with Sandbox(folder) as box:
+        result = box.run("nb.py", env={}, timeout=20)
+    assert result.returncode == 1 and "BlockingIOError" in result.stderr
+    assert result.limit is None and "limit" not in result.describe()
+
+
+SUBPROCESS_REFUSED = """Traceback (most recent call last):
+  File "/sub/worker.py", line 3, in <module>
+    subprocess.Popen(["sleep", "9"])
+  File "/usr/lib/python3.11/subprocess.py", line 1901, in _execute_child
+    self.pid = _fork_exec(
+               ^^^^^^^^^^^
+BlockingIOError: [Errno 11] Resource temporarily unavailable"""
+FORK_REFUSED = """  File "/sub/worker.py", line 4, in <module>
+    os.fork()
+BlockingIOError: [Errno 11] Resource temporarily unavailable"""
+LOCK_BUSY = """  File "/sub/worker.py", line 4, in <module>
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+BlockingIOError: [Errno 11] Resource temporarily unavailable"""
+
+
+@pytest.mark.parametrize("tail, refused", [
+    (SUBPROCESS_REFUSED, True), (FORK_REFUSED, True), ("bash: fork: retry: Resource temporarily unavailable", True),
+    ("RuntimeError: can't start new thread", True), (LOCK_BUSY, False), ("", False),
+], ids=["subprocess", "os.fork", "bash", "thread", "flock", "nothing"])
+def test_only_a_refused_fork_or_thread_names_the_process_limit(tail, refused):
+    assert sandbox._task_refused(tail) is refused
 
 
 def test_processes_left_behind_in_the_group_are_killed(tmp_path):
