@@ -28,10 +28,11 @@ on what the machine allows (`containment()` says what applies here):
   fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
   (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
   is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
-- Resource limits: memory (the data the script may write, RLIMIT_DATA), CPU time, file size, open files, no core
-  dumps; where the harness may mount, all the run writes in its folder (a tmpfs of its own, retrylab.runfs).
-  Hitting one is named in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory
-  limit"), in the language current when the script ran and when it is described (retrylab.i18n).
+- Resource limits: memory (the private data the script may write, RLIMIT_DATA; its address space more loosely),
+  CPU time, file size, open files, no core dumps; where the harness may mount, all the run writes in its folder
+  (a tmpfs of its own, retrylab.runfs). Hitting one is named in `ScriptResult.describe()` ("consumer.py was
+  stopped: it exceeded the 1 GiB memory limit"), in the language current when the script ran and when it is
+  described (retrylab.i18n).
 
 Warm start: the supervisor and the script are forked from the learner template (retrylab.warmstart, a process
 that has imported the learner side once) rather than started as two cold interpreters, wherever the run is not
@@ -98,11 +99,14 @@ def _errno_in(text: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+RESERVED_PER_TASK = 72 << 20    # address space a thread reserves and mostly never writes: 8 MB of stack, 64 MB of arena
+
+
 @dataclass(frozen=True)
 class Limits:
-    # data a script may write (RLIMIT_DATA: heap, anonymous mappings, thread stacks). Not the address space
-    # (RLIMIT_AS): glibc reserves a 64 MB malloc arena per thread, mostly never written, so 1 GiB of address space
-    # let a Kafka client's process start only about 16 threads (at 50 MB resident): "can't start new thread"
+    # private memory a script may write (RLIMIT_DATA: heap, private mappings, thread stacks). The address space
+    # gets more (address_space_bytes): glibc reserves a 64 MB malloc arena per thread, mostly never written, and
+    # under 1 GiB of address space a Kafka client's process started about 16 threads (at 50 MB resident)
     memory_bytes: int = 1 << 30
     file_bytes: int = 256 << 20          # largest file a script may write
     disk_bytes: int = 512 << 20          # all a run may write in its folder, where it can be bounded (runfs)
@@ -111,6 +115,12 @@ class Limits:
     output_bytes: int = 64 << 10         # kept of each stream: the first and last halves
     processes: int = 64                  # processes and threads the script may have at once
     open_files: int = 1024
+
+    @property
+    def address_space_bytes(self) -> int:
+        """RLIMIT_AS: the memory limit, plus what each task may reserve without writing it (its stack and its malloc
+        arena). It bounds what RLIMIT_DATA does not count: shared mappings."""
+        return self.memory_bytes + self.processes * RESERVED_PER_TASK
 
     def phrase(self, limit: str) -> str:
         """How a learner is told which limit their script hit (in the current language)."""
@@ -509,6 +519,7 @@ class Sandbox:
                 args: tuple[str, ...] = ()) -> dict:
         limits = self.limits
         rlimits = [(resource.RLIMIT_DATA, limits.memory_bytes, limits.memory_bytes),
+                   (resource.RLIMIT_AS, limits.address_space_bytes, limits.address_space_bytes),
                    (resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
                    # SIGXCPU at the soft limit says why; SIGKILL follows if it is ignored
                    (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 2),

@@ -105,6 +105,18 @@ print(int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) << 10
     assert int(result.stdout) > 512 << 20       # the case this test is about
 
 
+def test_a_shared_mapping_is_bounded_by_the_address_space_limit(tmp_path):
+    # RLIMIT_DATA counts private mappings only: a shared one (mmap of -1) is left to the looser address space limit
+    limits = Limits(memory_bytes=256 << 20, processes=8)
+    folder = _submission(tmp_path, shared=f"import mmap\nmmap.mmap(-1, {limits.address_space_bytes})\n",
+                         fits="import mmap\nm = mmap.mmap(-1, 512 << 20)\nm[-1] = 1\n")
+    with Sandbox(folder, limits) as box:
+        refused = box.run("shared.py", env={}, timeout=20)
+        fits = box.run("fits.py", env={}, timeout=20)
+    assert refused.limit == "the 256 MiB memory limit", refused.describe() + refused.stderr
+    assert fits.returncode == 0, fits.describe() + fits.stderr     # shared, so not counted as data
+
+
 def test_a_blocking_io_error_is_not_called_the_process_limit(tmp_path):
     # EAGAIN of a non-blocking socket reads "Resource temporarily unavailable", as a refused fork does
     folder = _submission(tmp_path, nb="import socket\na, b = socket.socketpair()\na.setblocking(False)\na.recv(1)\n")
