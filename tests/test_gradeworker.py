@@ -142,13 +142,13 @@ def test_a_warm_process_dying_under_a_grading_gives_an_error_row_and_stops_the_g
 def test_warming_up_imports_the_checks_and_the_brokers_client_once_for_every_fork(backend, forks_servers):
     """The fake server's modules too, for the backend whose servers the gradings fork; for another, what spawning
     its servers looks for. The message catalogs are read too, in the batch's language and English."""
-    script = (f"import sys; from retrylab import gradeworker, i18n, spawn; "
+    script = (f"import sys; from pathlib import Path; from retrylab import gradeworker, i18n, spawn; "
               f"gradeworker._warm_up('backoff-dlq', {backend!r}, 'ru'); "
               "print('redis' in sys.modules, 'checks.backoff_dlq.test_step1_worker' in sys.modules, "
               "'fakeredis' in sys.modules, bool(spawn._setpriv_found)); "
               "from retrylab.checks.backoff_dlq import catalog; from retrylab import exercise; "
               "made = [i18n.engine(), i18n.exercise_catalog(exercise.get('backoff-dlq')), "
-              "catalog.tr.__closure__[0].cell_contents]; "
+              "i18n.catalog(Path(catalog.__file__).resolve().parent / 'locales')]; "
               "print(*(sorted(c.messages) for c in made), sep='|')")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     lines = done.stdout.splitlines()
