@@ -106,7 +106,7 @@ RESERVED_PER_TASK = 72 << 20    # address space a thread reserves and mostly nev
 class Limits:
     # private memory a script may write (RLIMIT_DATA: heap, private mappings, thread stacks). The address space
     # gets more (address_space_bytes): glibc reserves a 64 MB malloc arena per thread, mostly never written, and
-    # under 1 GiB of address space a Kafka client's process started about 16 threads (at 50 MB resident)
+    # under 1 GiB of address space a process with a broker client's threads started about 16 (at 50 MB resident)
     memory_bytes: int = 1 << 30
     file_bytes: int = 256 << 20          # largest file a script may write
     disk_bytes: int = 512 << 20          # all a run may write in its folder, where it can be bounded (runfs)
