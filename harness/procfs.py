@@ -102,6 +102,30 @@ def tree_cpu(root: int) -> float:
     return ticks / _TICK
 
 
+def memfd_bytes_below(root: int) -> int:
+    """Bytes of memory held in memfd files open in any process below `root`, each file counted once.
+    Such a file is shared memory that no resource limit counts (RLIMIT_DATA counts private memory, RLIMIT_AS
+    mappings; RLIMIT_FSIZE bounds each file, and the open-file limit their number, no practical bound)."""
+    seen, total = set(), 0
+    for pid in _tree(root):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                if not os.readlink(path).startswith("/memfd:"):
+                    continue
+                found = os.stat(path)
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) not in seen:
+                seen.add((found.st_dev, found.st_ino))
+                total += found.st_blocks * 512
+    return total
+
+
 def threads(pid: int) -> list[int]:
     """The thread ids of process `pid` ([] if it is gone)."""
     try:

@@ -548,7 +548,7 @@ class Sandbox:
         return {"argv": [sys.executable, script, *map(str, args)], "cwd": str(self.workdir), "env": env,
                 "rlimits": rlimits, "uid": self.uid, "gid": self.gid, "expose": expose,
                 "namespaces": namespaces, "bwrap": self.containment.bwrap, "mounts": mounts,
-                "helpers": helpers,
+                "helpers": helpers, "memory": limits.memory_bytes,
                 "cgroups": cgroups, "processes": limits.processes, "watchdog": not hard_bound,
                 "grace": STOP_GRACE, "status_fd": status_fd, "parent": os.getpid()}
 
@@ -576,6 +576,8 @@ class Sandbox:
     def _limit_hit(self, report: dict, returncode: int | None, stopped: str | None, stderr: str) -> str | None:
         """Which resource limit ended the script (or hurt it), from how it ended and its last words."""
         limits = self.limits
+        if report.get("over_memory_limit"):
+            return limits.phrase("memory")
         if report.get("over_process_limit"):
             return limits.phrase("processes")
         if returncode == 0 and not stopped:

@@ -48,6 +48,7 @@ else:            # its own process: started with the harness's folder as its sys
 STOP = signal.SIGTERM        # harness -> supervisor: stop the script (SIGTERM it, SIGKILL after grace)
 STOP_NOW = signal.SIGUSR1    # harness -> supervisor: kill everything at once (the harness was interrupted)
 KILL_BUDGET = 5.0            # seconds the supervisor keeps killing before it reports failure
+MEMORY_LOOK = 0.2            # seconds between two counts of the memory the script holds in memfd files
 
 
 def kill(pids, sig: int) -> None:
@@ -69,6 +70,7 @@ class _Supervisor:
         self.rusage = None
         self.peak = 0
         self.over_process_limit = False
+        self.over_memory_limit = False
         self.clean = True
 
     def run(self) -> dict:
@@ -124,7 +126,7 @@ class _Supervisor:
     def _watch(self, signals) -> None:
         config = self.config
         stop_at = None
-        next_count = 0.0
+        next_count = next_memory = 0.0
         while True:
             self._reap()
             if self.status is not None:
@@ -138,6 +140,11 @@ class _Supervisor:
                 self.peak = max(self.peak, count)
                 if count > config["processes"] + config["helpers"]:
                     self.over_process_limit = True
+                    return
+            if now >= next_memory:  # memfd files: memory no rlimit counts (procfs.memfd_bytes_below)
+                next_memory = now + MEMORY_LOOK
+                if procfs.memfd_bytes_below(os.getpid()) > config["memory"]:
+                    self.over_memory_limit = True
                     return
             if self.lifeline is not None and _closed(self.lifeline):
                 self.lifeline = None
@@ -216,7 +223,8 @@ class _Supervisor:
 
     def _report(self) -> dict:
         report = {"error": None, "exit_code": None, "signal": None, "cpu": None, "maxrss_kb": None,
-                  "over_process_limit": self.over_process_limit, "peak_processes": self.peak or None,
+                  "over_process_limit": self.over_process_limit, "over_memory_limit": self.over_memory_limit,
+                  "peak_processes": self.peak or None,
                   "clean": self.clean}
         if self.status is not None:
             problem = self._script_status()

@@ -117,6 +117,30 @@ def test_a_shared_mapping_is_bounded_by_the_address_space_limit(tmp_path):
     assert fits.returncode == 0, fits.describe() + fits.stderr     # shared, so not counted as data
 
 
+MEMFD_HOARD = """import os, sys
+fds = []
+for i in range(int(sys.argv[1])):          # 64 MB each, written, never mapped: no rlimit counts it
+    fds.append(os.memfd_create(f"hoard{i}"))
+    for _ in range(8):
+        os.write(fds[-1], bytes(8 << 20))
+print("holding", len(fds) * 64, "MB", flush=True)
+if sys.argv[2] == "hold":                  # block for ever (a sleep is virtual in a learner run)
+    os.read(os.pipe()[0], 1)
+"""
+
+
+def test_memory_held_in_memfd_files_is_bounded_and_named(tmp_path):
+    folder = _submission(tmp_path, hoard=MEMFD_HOARD)
+    with Sandbox(folder, Limits(memory_bytes=256 << 20)) as box:
+        started = time.monotonic()
+        over = box.run("hoard.py", env={}, timeout=60, args=("6", "hold"))
+        took = time.monotonic() - started
+        under = box.run("hoard.py", env={}, timeout=60, args=("2", "exit"))
+    assert over.limit == "the 256 MiB memory limit", over.describe() + over.stderr
+    assert took < 30                      # stopped when it was counted, not at the run's timeout
+    assert under.returncode == 0 and under.limit is None, under.describe() + under.stderr
+
+
 def test_a_blocking_io_error_is_not_called_the_process_limit(tmp_path):
     # EAGAIN of a non-blocking socket reads "Resource temporarily unavailable", as a refused fork does
     folder = _submission(tmp_path, nb="import socket\na, b = socket.socketpair()\na.setblocking(False)\na.recv(1)\n")
