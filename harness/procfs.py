@@ -102,15 +102,20 @@ def tree_cpu(root: int) -> float:
     return ticks / _TICK
 
 
-def memfd_bytes_below(root: int) -> int:
-    """Bytes of memory held in memfd files open in any process below `root`, each file counted once.
-    Such a file is shared memory that no resource limit counts (RLIMIT_DATA counts private memory, RLIMIT_AS
-    mappings; RLIMIT_FSIZE bounds each file, and the open-file limit their number, no practical bound)."""
+def memory_below(root: int) -> int:
+    """Bytes of memory the processes below `root` hold together: each one's resident anonymous and shared memory
+    (RssAnon, RssShmem), and the memfd files they have open, each file once (a mapped one is counted twice: an
+    over-count only memfd's users pay). What resource limits do not see: they bound one process each, and
+    count neither shared memory (RLIMIT_DATA) nor a memfd file that is not mapped (RLIMIT_AS)."""
     seen, total = set(), 0
     for pid in _tree(root):
         try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith((b"RssAnon:", b"RssShmem:")):
+                        total += int(line.split()[1]) << 10
             fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
         for fd in fds:
             path = f"/proc/{pid}/fd/{fd}"

@@ -48,7 +48,7 @@ else:            # its own process: started with the harness's folder as its sys
 STOP = signal.SIGTERM        # harness -> supervisor: stop the script (SIGTERM it, SIGKILL after grace)
 STOP_NOW = signal.SIGUSR1    # harness -> supervisor: kill everything at once (the harness was interrupted)
 KILL_BUDGET = 5.0            # seconds the supervisor keeps killing before it reports failure
-MEMORY_LOOK = 0.2            # seconds between two counts of the memory the script holds in memfd files
+MEMORY_LOOK = 0.2            # seconds between two counts of the memory the script's processes hold together
 
 
 def kill(pids, sig: int) -> None:
@@ -141,9 +141,9 @@ class _Supervisor:
                 if count > config["processes"] + config["helpers"]:
                     self.over_process_limit = True
                     return
-            if now >= next_memory:  # memfd files: memory no rlimit counts (procfs.memfd_bytes_below)
+            if now >= next_memory:  # the whole run's memory, which no rlimit bounds (procfs.memory_below)
                 next_memory = now + MEMORY_LOOK
-                if procfs.memfd_bytes_below(os.getpid()) > config["memory"]:
+                if procfs.memory_below(os.getpid()) > config["memory"]:
                     self.over_memory_limit = True
                     return
             if self.lifeline is not None and _closed(self.lifeline):

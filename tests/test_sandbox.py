@@ -117,25 +117,41 @@ def test_a_shared_mapping_is_bounded_by_the_address_space_limit(tmp_path):
     assert fits.returncode == 0, fits.describe() + fits.stderr     # shared, so not counted as data
 
 
-MEMFD_HOARD = """import os, sys
-fds = []
-for i in range(int(sys.argv[1])):          # 64 MB each, written, never mapped: no rlimit counts it
-    fds.append(os.memfd_create(f"hoard{i}"))
+# each holds 64 MB pieces, every page written, then blocks for ever (a sleep is virtual in a learner run) or ends;
+# no rlimit sees the run's total: they bound one process each, and memfd files and shared mappings escape them
+HOARDS = {
+    "memfd": """import os, sys
+held = []
+for i in range(int(sys.argv[1])):          # files, never mapped: RLIMIT_AS does not see them
+    held.append(os.memfd_create(f"hoard{i}"))
     for _ in range(8):
-        os.write(fds[-1], bytes(8 << 20))
-print("holding", len(fds) * 64, "MB", flush=True)
-if sys.argv[2] == "hold":                  # block for ever (a sleep is virtual in a learner run)
+        os.write(held[-1], bytes(8 << 20))
+""",
+    "forked": """import os, sys
+for i in range(int(sys.argv[1]) - 1):      # one piece per process: each process is far under the limit
+    if os.fork() == 0:
+        break
+held = bytearray(b"x" * (64 << 20))
+""",
+    "shared-mapping": """import mmap, sys
+held = mmap.mmap(-1, int(sys.argv[1]) << 26)   # shared: RLIMIT_DATA does not count it
+for at in range(0, len(held), 4096):
+    held[at] = 1
+""",
+}
+BLOCK = """if sys.argv[2] == "hold":
     os.read(os.pipe()[0], 1)
 """
 
 
-def test_memory_held_in_memfd_files_is_bounded_and_named(tmp_path):
-    folder = _submission(tmp_path, hoard=MEMFD_HOARD)
+@pytest.mark.parametrize("how", sorted(HOARDS))
+def test_the_memory_a_run_holds_in_all_is_bounded_and_named(how, tmp_path):
+    folder = _submission(tmp_path, hoard="import os\n" + HOARDS[how] + BLOCK)
     with Sandbox(folder, Limits(memory_bytes=256 << 20)) as box:
         started = time.monotonic()
         over = box.run("hoard.py", env={}, timeout=60, args=("6", "hold"))
         took = time.monotonic() - started
-        under = box.run("hoard.py", env={}, timeout=60, args=("2", "exit"))
+        under = box.run("hoard.py", env={}, timeout=60, args=("2", "end"))
     assert over.limit == "the 256 MiB memory limit", over.describe() + over.stderr
     assert took < 30                      # stopped when it was counted, not at the run's timeout
     assert under.returncode == 0 and under.limit is None, under.describe() + under.stderr
