@@ -103,16 +103,18 @@ def tree_cpu(root: int) -> float:
 
 
 def memory_below(root: int) -> int:
-    """Bytes of memory the processes below `root` hold together: each one's resident anonymous and shared memory
-    (RssAnon, RssShmem), and the memfd files they have open, each file once (a mapped one is counted twice: an
-    over-count only memfd's users pay). What resource limits do not see: they bound one process each, and
-    count neither shared memory (RLIMIT_DATA) nor a memfd file that is not mapped (RLIMIT_AS)."""
+    """Bytes of memory the processes below `root` hold together: their anonymous and shared memory, resident or
+    swapped, each page divided among the processes that share it (Pss_Anon, Pss_Shmem, SwapPss: forked
+    processes share their parent's pages until they write them), and the memfd files they have open, each file
+    once (a mapped one is counted twice: an over-count only memfd's users pay). What resource limits do not see:
+    they bound one process each, and count neither shared memory (RLIMIT_DATA) nor a memfd file that is not
+    mapped (RLIMIT_AS)."""
     seen, total = set(), 0
     for pid in _tree(root):
         try:
-            with open(f"/proc/{pid}/status", "rb") as f:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
                 for line in f:
-                    if line.startswith((b"RssAnon:", b"RssShmem:")):
+                    if line.startswith((b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")):
                         total += int(line.split()[1]) << 10
             fds = os.listdir(f"/proc/{pid}/fd")
         except (OSError, ValueError, IndexError):

@@ -28,11 +28,11 @@ on what the machine allows (`containment()` says what applies here):
   fresh /proc; no network: the harness's unix sockets for it live in `Sandbox.socket_dir`
   (root/"sock", the harness's, 0755), which it sees at the same path. Where neither works, isolation
   is partial (`Containment.isolated` is False): the report says so, `--isolation required` refuses.
-- Resource limits: memory (the private data the script may write, RLIMIT_DATA; its address space more loosely),
-  CPU time, file size, open files, no core dumps; where the harness may mount, all the run writes in its folder
-  (a tmpfs of its own, retrylab.runfs). Hitting one is named in `ScriptResult.describe()` ("consumer.py was
-  stopped: it exceeded the 1 GiB memory limit"), in the language current when the script ran and when it is
-  described (retrylab.i18n).
+- Resource limits: memory (the run's processes together, counted by the supervisor; each one's private data by
+  RLIMIT_DATA, its address space more loosely), CPU time, file size, open files, no core dumps; where the
+  harness may mount, all the run writes in its folder (a tmpfs of its own, retrylab.runfs). Hitting one is named
+  in `ScriptResult.describe()` ("consumer.py was stopped: it exceeded the 1 GiB memory limit"), in the language
+  current when the script ran and when it is described (retrylab.i18n).
 
 Warm start: the supervisor and the script are forked from the learner template (retrylab.warmstart, a process
 that has imported the learner side once) rather than started as two cold interpreters, wherever the run is not
@@ -104,9 +104,10 @@ RESERVED_PER_TASK = 72 << 20    # address space a thread reserves and mostly nev
 
 @dataclass(frozen=True)
 class Limits:
-    # private memory a script may write (RLIMIT_DATA: heap, private mappings, thread stacks). The address space
-    # gets more (address_space_bytes): glibc reserves a 64 MB malloc arena per thread, mostly never written, and
-    # under 1 GiB of address space a process with a broker client's threads started about 16 (at 50 MB resident)
+    # memory a run's processes may hold together (the supervisor counts it: procfs.memory_below), and each one's
+    # private memory (RLIMIT_DATA: heap, private mappings, thread stacks). The address space gets more
+    # (address_space_bytes): glibc reserves a 64 MB malloc arena per thread, mostly never written, and under 1 GiB
+    # of address space a process with a broker client's threads started about 16 (at 50 MB resident)
     memory_bytes: int = 1 << 30
     file_bytes: int = 256 << 20          # largest file a script may write
     disk_bytes: int = 512 << 20          # all a run may write in its folder, where it can be bounded (runfs)

@@ -157,6 +157,27 @@ def test_the_memory_a_run_holds_in_all_is_bounded_and_named(how, tmp_path):
     assert under.returncode == 0 and under.limit is None, under.describe() + under.stderr
 
 
+def test_pages_forked_processes_share_are_counted_once(tmp_path):
+    # 20 processes sharing their parent's 48 MB (copy on write) hold 48 MB, not 20 times that
+    folder = _submission(tmp_path, sharing="""import os, time
+shared = bytearray(b"x" * (48 << 20))
+children = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        os.read(os.pipe()[0], 1)           # held until killed
+    children.append(pid)
+while time.process_time() < 1.5:           # real CPU time (sleeps are virtual in a learner run): several counts
+    pass
+for pid in children:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+""")
+    with Sandbox(folder, Limits(memory_bytes=256 << 20)) as box:
+        result = box.run("sharing.py", env={}, timeout=60)
+    assert result.returncode == 0 and result.limit is None, result.describe() + result.stderr
+
+
 def test_a_blocking_io_error_is_not_called_the_process_limit(tmp_path):
     # EAGAIN of a non-blocking socket reads "Resource temporarily unavailable", as a refused fork does
     folder = _submission(tmp_path, nb="import socket\na, b = socket.socketpair()\na.setblocking(False)\na.recv(1)\n")
