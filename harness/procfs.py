@@ -111,13 +111,16 @@ def memory_below(root: int) -> int:
     mapped (RLIMIT_AS)."""
     seen, total = set(), 0
     for pid in _tree(root):
-        try:
+        try:   # a kernel without smaps_rollup (before 4.14) or its Pss_ lines (5.0): the memfd files still count
             with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
                 for line in f:
                     if line.startswith((b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")):
                         total += int(line.split()[1]) << 10
-            fds = os.listdir(f"/proc/{pid}/fd")
         except (OSError, ValueError, IndexError):
+            pass
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
             continue
         for fd in fds:
             path = f"/proc/{pid}/fd/{fd}"
