@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import threading
+import time
 
 
 class Beside:
@@ -53,14 +54,17 @@ class Beside:
         self.cancel()
 
 
-def join_if_started(thread: threading.Thread, timeout: float | None = None) -> None:
-    """`thread.join(timeout)` for a thread that may not have started: a relay lists a thread for its close() before
-    starting it, and close() can come in between (another thread closing, or a Ctrl-C landing in start() on the
-    main thread). join() would raise RuntimeError ("cannot join thread before it is started"), and an interrupted
-    grading would report a harness error instead of the interruption. A thread not alive has nothing to wait for:
-    ended, or not started (it then finds its listener closed, or never runs)."""
-    if thread.is_alive():
-        thread.join(timeout)
+def join_all(threads, budget: float) -> None:
+    """Join `threads` within `budget` seconds in all: a relay's close(). The calling thread is skipped (close() may
+    run on one of them), and so is a thread not alive: a relay lists a thread for its close() before starting it,
+    and close() can come in between (another thread closing, or a Ctrl-C landing in start() on the main thread).
+    join() would raise RuntimeError ("cannot join thread before it is started"), and an interrupted grading would
+    report a harness error instead of the interruption. A thread not alive has nothing to wait for: ended, or not
+    started (it then finds its listener closed, or never runs)."""
+    deadline = time.monotonic() + budget
+    for thread in threads:
+        if thread is not threading.current_thread() and thread.is_alive():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def without_step_clock(learner):

@@ -968,5 +968,5 @@ def test_an_interrupt_in_a_listeners_start_leaves_close_working(fake_server, tmp
 def test_joining_a_thread_that_never_started_returns_at_once():
     thread = threading.Thread(target=time.sleep, args=(60,))
     started = time.monotonic()
-    background.join_if_started(thread, 5)
+    background.join_all([thread], 5)
     assert time.monotonic() - started < 1 and not thread.is_alive()

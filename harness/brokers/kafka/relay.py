@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from retrylab.background import join_if_started
+from retrylab.background import join_all
 from retrylab.brokers.kafka import wire
 
 MAX_CONNECTIONS = 256
@@ -163,9 +163,7 @@ class KafkaRelay:
             for sock in (conn.client, conn.server):
                 if sock is not None:
                     _shutdown(sock)
-        deadline = time.monotonic() + _CLOSE_BUDGET
-        for thread in self._accepters + [t for c in conns for t in c.threads]:
-            join_if_started(thread, max(0.0, deadline - time.monotonic()))
+        join_all(self._accepters + [t for c in conns for t in c.threads], _CLOSE_BUDGET)
 
     def __enter__(self) -> KafkaRelay:
         return self.start()

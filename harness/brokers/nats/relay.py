@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from retrylab.background import join_if_started
+from retrylab.background import join_all
 from retrylab.brokers.nats.protocol import Framer
 
 __all__ = ["Frame", "KEEP", "MAX_CONNECTIONS", "MAX_KEPT_BYTES", "MAX_RECORDS", "RecordingRelay"]
@@ -160,11 +160,7 @@ class RecordingRelay:
             _shutdown(listener)
         for conn in conns:
             self._end(conn)
-        deadline = time.monotonic() + _CLOSE_BUDGET
-        threads = [thread for _, thread in listeners] + [t for conn in conns for t in list(conn.threads)]
-        for thread in threads:
-            if thread is not threading.current_thread():
-                join_if_started(thread, max(0.0, deadline - time.monotonic()))
+        join_all([thread for _, thread in listeners] + [t for conn in conns for t in list(conn.threads)], _CLOSE_BUDGET)
 
     def __enter__(self) -> RecordingRelay:
         return self.start() if self._address is None else self

@@ -50,7 +50,7 @@ import termios
 import threading
 import time
 
-from retrylab.background import join_if_started
+from retrylab.background import join_all
 from retrylab.brokers.redis.commands import Command
 from retrylab.brokers.redis.intercepts import Intercept, encode, refusal
 from retrylab.brokers.redis.resp import NO_NAME, CommandParser, ReplyParser
@@ -243,13 +243,9 @@ class RecordingProxy:
             _shutdown(listener)
         for conn in conns:
             self._end(conn)
-        deadline = time.monotonic() + _CLOSE_BUDGET
         threads = [self._accept_thread] if self._accept_thread else []
         threads += [thread for _, thread in self._unix_listeners]
-        threads += [t for conn in conns for t in list(conn.threads)]
-        for thread in threads:
-            if thread is not threading.current_thread():
-                join_if_started(thread, max(0.0, deadline - time.monotonic()))
+        join_all(threads + [t for conn in conns for t in list(conn.threads)], _CLOSE_BUDGET)
         # The relay threads close the sockets as they exit (never close a socket another thread may be blocked on);
         # the shutdowns above have already ended both TCP connections of every pair for the peers.
 
