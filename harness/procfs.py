@@ -104,36 +104,47 @@ def tree_cpu(root: int) -> float:
 
 def memory_below(root: int) -> int:
     """Bytes of memory the processes below `root` hold together: their anonymous and shared memory, resident or
-    swapped, each page divided among the processes that share it (Pss_Anon, Pss_Shmem, SwapPss: forked
-    processes share their parent's pages until they write them), and the memfd files they have open, each file
-    once (a mapped one is counted twice: an over-count only memfd's users pay). What resource limits do not see:
-    they bound one process each, and count neither shared memory (RLIMIT_DATA) nor a memfd file that is not
-    mapped (RLIMIT_AS)."""
-    seen, total = set(), 0
+    swapped, each page divided among the processes that share it (forked processes share their parent's pages
+    until they write them), and the memfd files they have open, each file once (a mapped one is counted twice: an
+    over-count only memfd's users pay). What resource limits do not see: they bound one process each, and count
+    neither shared memory (RLIMIT_DATA) nor a memfd file that is not mapped (RLIMIT_AS)."""
+    total, files = 0, {}
     for pid in _tree(root):
-        try:   # a kernel without smaps_rollup (before 4.14) or its Pss_ lines (5.0): the memfd files still count
-            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-                for line in f:
-                    if line.startswith((b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")):
-                        total += int(line.split()[1]) << 10
-        except (OSError, ValueError, IndexError):
-            pass
+        total += _proportional_memory(pid)
+        files.update(_memfd_files(pid))
+    return total + sum(files.values())
+
+
+def _proportional_memory(pid: int) -> int:
+    """Pss_Anon + Pss_Shmem + SwapPss of `pid`, in bytes; 0 where smaps_rollup cannot be read (a process gone, a
+    kernel before 4.14) or has no such lines (before 5.0)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith((b"Pss_Anon:", b"Pss_Shmem:", b"SwapPss:")):
+                    total += int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return total
+
+
+def _memfd_files(pid: int) -> dict[tuple[int, int], int]:
+    """(device, inode) -> bytes stored, of each memfd file `pid` has open."""
+    found = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        path = f"/proc/{pid}/fd/{fd}"
         try:
-            fds = os.listdir(f"/proc/{pid}/fd")
+            if os.readlink(path).startswith("/memfd:"):
+                info = os.stat(path)
+                found[(info.st_dev, info.st_ino)] = info.st_blocks * 512
         except OSError:
             continue
-        for fd in fds:
-            path = f"/proc/{pid}/fd/{fd}"
-            try:
-                if not os.readlink(path).startswith("/memfd:"):
-                    continue
-                found = os.stat(path)
-            except OSError:
-                continue
-            if (found.st_dev, found.st_ino) not in seen:
-                seen.add((found.st_dev, found.st_ino))
-                total += found.st_blocks * 512
-    return total
+    return found
 
 
 def threads(pid: int) -> list[int]:
