@@ -1,5 +1,5 @@
 import sys
 
-from retrylab.cli import main
+from retrylab.entry import main
 
 sys.exit(main())

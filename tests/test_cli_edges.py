@@ -88,6 +88,25 @@ def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backe
     assert not [pid for pid in started if alive(pid)], "a process of the grading outlived it"
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_is_still_importing_says_so_too(signum):
+    # the CLI's imports take about 0.2 s: a Ctrl-C there gave a traceback of whatever module was loading
+    interrupt_in_the_import = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def importing(name, globals=None, locals=None, fromlist=(), level=0):\n"
+        "    if name == 'retrylab' and fromlist and 'cli' in fromlist:\n"
+        f"        os.kill(os.getpid(), {int(signum)})\n"
+        "    return real(name, globals, locals, fromlist, level)\n"
+        "builtins.__import__ = importing\n"
+        "from retrylab.entry import main\n"
+        "sys.exit(main())\n")
+    done = subprocess.run([sys.executable, "-c", interrupt_in_the_import, "check", str(REFERENCE)], capture_output=True,
+                          text=True, timeout=60, preexec_fn=_default_sigint)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.startswith("retrylab: interrupted") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_a_backend_that_cannot_start_gives_its_whole_reason_in_one_line(tmp_path, monkeypatch, capsys):
     reason = ("could not start a Redis container (redis:7-alpine): 500 Server Error: Get "
               "https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io on 127.0.0.53:53: "
