@@ -1,12 +1,27 @@
 """The harness's own work beside a learner run (seeding a stream when the consumer is ready, sampling
 a lag, listening to a broker's advisories, a second learner script): a thread whose result or exception
-comes back to the check, and which is always stopped and joined before the run's private server goes away."""
+comes back to the check, and which is always stopped and joined before the run's private server goes away.
+
+A thread that does not stop is a harness defect, and waiting for it must not hang the grading: stop(),
+cancel() and join() wait at most STOP_WAIT seconds once the work is cancelled, then raise StuckWork. One such
+defect was seen: in Python 3.11 a module's import lock is left held for good when a signal (Ctrl-C, SIGTERM)
+lands in a thread just as it is woken to take that lock from another thread importing the same module; the next
+thread to wait for it waits forever. Modules a beside thread may import first are therefore imported before the
+threads start (the brokers' endpoints do), and an interrupted grading still ends in time if one is missed."""
 from __future__ import annotations
 
 import contextvars
 import copy
 import threading
 import time
+
+
+STOP_WAIT = 30.0    # seconds a cancelled work may take to end: a learner run stops within a poll, a harness client's
+                    # call within its own timeout (10 s at most); past it the thread is stuck, not slow
+
+
+class StuckWork(RuntimeError):
+    """Work beside a run that did not end STOP_WAIT seconds after it was cancelled (a harness defect)."""
 
 
 class Beside:
@@ -31,7 +46,7 @@ class Beside:
         self._thread.start()
 
     def result(self):
-        self._thread.join()
+        self.join()
         if "error" in self._outcome:
             raise self._outcome["error"]
         return self._outcome["value"]
@@ -42,10 +57,16 @@ class Beside:
 
     def cancel(self) -> None:
         self.cancelled.set()
-        self._thread.join()
+        self.join()
 
     def join(self) -> None:
-        self._thread.join()
+        """Wait for the work: as long as it takes until it is cancelled, then STOP_WAIT seconds more at most."""
+        while self._thread.is_alive() and not self.cancelled.is_set():
+            self._thread.join(0.5)
+        self._thread.join(STOP_WAIT)
+        if self._thread.is_alive():
+            raise StuckWork(f"the harness's work beside the run ({self._thread.name}) did not end within "
+                            f"{STOP_WAIT:.0f} s of being cancelled: a harness defect")
 
     def __enter__(self) -> "Beside":
         return self

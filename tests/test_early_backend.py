@@ -3,6 +3,9 @@ pytest is imported) is the one the grading takes, is never started twice, says w
 the grading asks for it, and is stopped when no grading takes it."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from helpers import alive, wait_until
@@ -76,3 +79,22 @@ def test_check_stopped_before_grading_stops_the_early_backend(starts, monkeypatc
     assert cli.main(["check", str(corpus.REFERENCE)]) == 2
     assert "not here" in capsys.readouterr().err
     assert len(starts) == 1 and stopped(starts[0][1])
+
+
+def test_every_brokers_endpoint_module_is_whole_before_any_beside_thread_needs_it():
+    # Two threads importing one module for the first time, and a Ctrl-C then, can leave its import lock held for
+    # good in Python 3.11 (retrylab.background): what the early runs' threads call first (a private server's
+    # endpoint, its link) is imported by the thread that starts the backend or with the endpoint module itself.
+    probe = ("import sys\n"
+             "from retrylab.brokers.redis.fake import FakeBackend\n"
+             "import retrylab.brokers.nats.endpoint, retrylab.brokers.kafka.endpoint\n"
+             "backend = FakeBackend(); backend.start()\n"
+             "try:\n"
+             "    print(sorted(m for m in ('retrylab.brokers.redis.endpoint', 'retrylab.brokers.nats.link',\n"
+             "                             'retrylab.brokers.nats.admin', 'retrylab.brokers.kafka.link',\n"
+             "                             'confluent_kafka.admin') if m not in sys.modules))\n"
+             "finally:\n"
+             "    backend.stop()\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

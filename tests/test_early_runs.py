@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from retrylab import background
 from retrylab.background import Beside, without_step_clock
 from retrylab.early import EarlyRuns
 
@@ -41,6 +42,22 @@ def test_beside_shares_a_callers_cancel_event_and_cancel_waits_without_raising()
     beside.cancel()                  # a finalizer, a path already raising: the work's error is not raised here
     with pytest.raises(RuntimeError):
         beside.result()
+
+
+def test_work_that_does_not_end_once_cancelled_is_named_not_waited_for_forever(monkeypatch):
+    # a thread stuck for good (seen: a Python 3.11 import lock left held by a Ctrl-C) must not hang the grading
+    monkeypatch.setattr(background, "STOP_WAIT", 0.3)
+    stuck = Beside(lambda cancelled: threading.Event().wait(), "retrylab-stuck")
+    began = time.monotonic()
+    with pytest.raises(background.StuckWork, match="retrylab-stuck"):
+        stuck.cancel()
+    assert time.monotonic() - began < 5
+
+
+def test_the_bound_starts_only_once_the_work_is_cancelled(monkeypatch):
+    # result() of work nobody cancelled waits as long as the work takes (a learner run's own timeout bounds it)
+    monkeypatch.setattr(background, "STOP_WAIT", 0.1)
+    assert Beside(lambda cancelled: time.sleep(0.8) or "done", "t").result() == "done"
 
 
 def test_without_step_clock_leaves_the_original_runner_alone():

@@ -322,7 +322,7 @@ class LivePair:
     def __exit__(self, *exc) -> None:
         self.watch.stop(Stop(Reason.CANCELLED))
         for run in self._runs.values():
-            run.join()
+            run.cancel()   # its own event is unused: the watch stopped it; cancel() bounds the wait
 
     def running(self, script: str) -> bool:
         return not self._ended[script].is_set()

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# imported here, not in the methods: a first import raced for by two threads can leave its lock held in Python 3.11
+# when a signal lands in it (retrylab.background.Beside says how), and learner runs call link() from several threads
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from retrylab.brokers.kafka.link import KafkaLink
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -25,7 +32,6 @@ class Endpoint:
 
     def link(self, sandbox, run_clock):
         """A learner run's way to this broker (retrylab.brokers.LearnerLink), to enter for the run."""
-        from retrylab.brokers.kafka.link import KafkaLink
         return KafkaLink(self, sandbox, run_clock)
 
     def config(self, **extra) -> dict:
@@ -33,12 +39,10 @@ class Endpoint:
         return {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4", **extra}
 
     def admin(self):
-        from confluent_kafka.admin import AdminClient
         return AdminClient(self.config())
 
     def create_topics(self, partitions: dict[str, int], timeout: float = 10.0) -> None:
         """Create topics (name -> partition count) and wait until the broker has them."""
-        from confluent_kafka.admin import NewTopic
         admin = self.admin()    # kept until the answers come: a client destroyed fails its futures
         futures = admin.create_topics([NewTopic(name, count, 1) for name, count in partitions.items()],
                                              operation_timeout=timeout, request_timeout=timeout)
@@ -49,7 +53,6 @@ class Endpoint:
         """Produce `records` ((key, value) or (key, value, headers)) one by one, in order, and return where
         each landed, (partition, offset), from the broker's delivery reports: what checks take partition
         ends from (Tansu's watermarks are wrong after a batched produce)."""
-        from confluent_kafka import KafkaException, Producer
         producer = Producer(self.config(**{"linger.ms": 0, "enable.idempotence": False}))
         records = list(records)
         landed: list = [None] * len(records)

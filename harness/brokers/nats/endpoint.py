@@ -4,6 +4,11 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+# imported here, not in the methods: a first import raced for by two threads can leave its lock held in Python 3.11
+# when a signal lands in it (retrylab.background.Beside says how), and learner runs call link() from several threads
+from retrylab.brokers.nats.admin import AdminClient, Monitor
+from retrylab.brokers.nats.link import NatsLink
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -23,14 +28,11 @@ class Endpoint:
 
     def link(self, sandbox, run_clock):
         """A learner run's way to this server (retrylab.brokers.LearnerLink), to enter for the run."""
-        from retrylab.brokers.nats.link import NatsLink
         return NatsLink(self, sandbox, run_clock)
 
     def admin(self, timeout: float = 5.0):
         """The harness's own client of this server (JetStream API requests), to close after use."""
-        from retrylab.brokers.nats.admin import AdminClient
         return AdminClient(self.host, self.port, timeout=timeout)
 
     def monitor(self):
-        from retrylab.brokers.nats.admin import Monitor
         return Monitor(self.host, self.monitor_port)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 from retrylab.brokers.redis.backend import Backend
 
@@ -20,6 +21,9 @@ class FakeBackend(Backend):
 
     def start(self) -> None:
         self._servers.start()       # the child warms up while the grading starts; private() waits for it
+        # redis-py, imported now, by the thread that starts the grading, while the child warms up: not first in
+        # private(), which the early runs' threads call at once (retrylab.background.Beside says why that hangs)
+        importlib.import_module("retrylab.brokers.redis.endpoint")
 
     def stop(self) -> None:
         self._servers.stop()
@@ -29,7 +33,7 @@ class FakeBackend(Backend):
 
     @contextlib.contextmanager
     def private(self):
-        from retrylab.brokers.redis.endpoint import Endpoint   # redis-py: imported while the server starts
+        from retrylab.brokers.redis.endpoint import Endpoint   # imported by start(): a look-up here
         port = self._servers.new_server()
         try:
             yield Endpoint("127.0.0.1", port)
