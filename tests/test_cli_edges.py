@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,10 +63,23 @@ def private_tmp():
     subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
+@pytest.fixture
+def held_submission(tmp_path):
+    """The reference with a worker that connects and then waits for nothing: step 1 holds its run for 15 s,
+    so the signal lands mid-grading however fast the machine grades (the reference alone was done in 0.7 s
+    on redis-server, and once it ended inside the test's wait and exited 1)."""
+    folder = tmp_path / "held"
+    shutil.copytree(REFERENCE, folder)
+    (folder / "worker.py").write_text("import os\nimport redis\n"
+                                      "redis.Redis.from_url(os.environ['REDIS_URL']).ping()\n"
+                                      "os.read(os.pipe()[0], 1)\n")
+    return folder
+
+
 @pytest.mark.parametrize("signum, backend", [(signal.SIGINT, "fake"), (signal.SIGTERM, "redis-server")])
-def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backend, private_tmp):
+def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backend, private_tmp, held_submission):
     env = dict(os.environ, TMPDIR=str(private_tmp))
-    proc = subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--backend", backend,
+    proc = subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(held_submission), "--backend", backend,
                              "--format", "exercism"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 60
