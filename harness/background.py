@@ -2,6 +2,11 @@
 a lag, listening to a broker's advisories, a second learner script): a thread whose result or exception
 comes back to the check, and which is always stopped and joined before the run's private server goes away.
 
+Whether the work has ended is an event of its own, set when the work returns or raises, not Thread.is_alive():
+in Python 3.11 a Ctrl-C landing in Thread.join() marks a thread that is still running as ended (the bpo-45274
+handling in _wait_for_tstate_lock releases the running thread's own lock). An interrupted grading then went on
+to exit while an early run was still in its sandbox, and left the run's copy of the submission behind.
+
 A thread that does not stop is a harness defect, and waiting for it must not hang the grading: stop(),
 cancel() and join() wait at most STOP_WAIT seconds once the work is cancelled, then raise StuckWork. One such
 defect was seen: in Python 3.11 a module's import lock is left held for good when a signal (Ctrl-C, SIGTERM)
@@ -33,12 +38,15 @@ class Beside:
     def __init__(self, work, name: str, cancelled: threading.Event | None = None):
         self.cancelled = cancelled or threading.Event()
         self._outcome: dict = {}
+        self._ended = threading.Event()
 
         def target():
             try:
                 self._outcome["value"] = work(self.cancelled)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that asks for the result
                 self._outcome["error"] = exc
+            finally:
+                self._ended.set()
 
         # in a copy of the caller's context: what the work says is in the grading's language
         context = contextvars.copy_context()
@@ -61,10 +69,9 @@ class Beside:
 
     def join(self) -> None:
         """Wait for the work: as long as it takes until it is cancelled, then STOP_WAIT seconds more at most."""
-        while self._thread.is_alive() and not self.cancelled.is_set():
-            self._thread.join(0.5)
-        self._thread.join(STOP_WAIT)
-        if self._thread.is_alive():
+        while not self._ended.is_set() and not self.cancelled.is_set():
+            self._ended.wait(0.5)
+        if not self._ended.wait(STOP_WAIT):
             raise StuckWork(f"the harness's work beside the run ({self._thread.name}) did not end within "
                             f"{STOP_WAIT:.0f} s of being cancelled: a harness defect")
 

@@ -2,6 +2,7 @@
 side when a grading begins): results and errors come back to the caller, nothing outlives the session."""
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from types import SimpleNamespace
@@ -52,6 +53,30 @@ def test_work_that_does_not_end_once_cancelled_is_named_not_waited_for_forever(m
     with pytest.raises(background.StuckWork, match="retrylab-stuck"):
         stuck.cancel()
     assert time.monotonic() - began < 5
+
+
+def test_a_ctrl_c_while_waiting_does_not_make_running_work_look_ended():
+    # Python 3.11's Thread.join() marks a live thread as ended when a KeyboardInterrupt lands in it: an interrupted
+    # grading then exited while an early run was still in its sandbox, and left its copy of the submission behind
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    finished = threading.Event()
+
+    def work(cancelled):
+        cancelled.wait(10)
+        time.sleep(0.3)     # cleaning up after being cancelled
+        finished.set()
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        beside = Beside(work, "t")
+        threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            beside.result()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    beside.cancel()
+    assert finished.is_set(), "cancel() returned while the work was still cleaning up"
 
 
 def test_the_bound_starts_only_once_the_work_is_cancelled(monkeypatch):
