@@ -45,6 +45,7 @@ class GradingPlugin:
     def pytest_configure(self, config):
         self.config = config
 
+    @pytest.hookimpl(tryfirst=True)   # before the terminal reporter's, which can fail (_grade says how)
     def pytest_keyboard_interrupt(self, excinfo):
         # pytest calls this for Ctrl-C and for pytest.exit(); the harness's own exits are recorded (STOPPED)
         if not isinstance(excinfo.value, pytest.exit.Exception):
@@ -191,7 +192,15 @@ def _grade(submission, exercise, backend, steps, step_timeout, lang, broker_opti
             *(f"--step={s.number}" for s in exercise.steps if s.number in steps), *_option_args(broker_options),
             *((f"--step-timeout={step_timeout}",) if step_timeout is not None else ()), f"--lang={lang}"]
     with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):   # the Report says it all
-        exit_code = pytest.main(args, plugins=[grading])
+        try:
+            exit_code = pytest.main(args, plugins=[grading])
+        except Exception:
+            # pytest's terminal reporter formats the interruption's traceback, and fails on a frame whose line is
+            # unknown (Python 3.11 gives none for some instructions a signal can land in: a TypeError from
+            # TracebackEntry.lineno). The session had ended and been cleaned up by then: it is the interruption.
+            if not grading.interrupted:
+                raise
+            exit_code = pytest.ExitCode.INTERRUPTED
     return grading.report(exit_code, submission=submission, backend=backend, steps=steps, lang=lang, started=started)
 
 

@@ -16,10 +16,11 @@ import pytest
 
 from helpers import alive
 
-from retrylab import cli
+from retrylab import cli, grading
 from retrylab.brokers import BackendUnavailable
 from retrylab.brokers.redis.fake import FakeBackend
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
+from retrylab.runner import LearnerRunner
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -119,6 +120,23 @@ def test_a_signal_while_the_command_is_still_importing_says_so_too(signum):
                           text=True, timeout=60, preexec_fn=_default_sigint)
     assert done.returncode == 130, done.stderr
     assert done.stderr.startswith("retrylab: interrupted") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_an_interruption_pytest_fails_to_format_is_still_told_as_one(monkeypatch):
+    # seen once (retry-topics, SIGTERM at 0.37 s): exit 1 and pytest's own TypeError, for a signal that landed on an
+    # instruction without a line number, which its terminal reporter could not show
+    from _pytest.terminal import TerminalReporter
+
+    def cannot_format(self, excinfo):
+        raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TerminalReporter, "pytest_keyboard_interrupt", cannot_format)
+    monkeypatch.setattr(LearnerRunner, "run", interrupted)
+    report = grading.grade(REFERENCE, steps=(1,))
+    assert report.interrupted and report.exit_status() == 130
 
 
 def test_a_backend_that_cannot_start_gives_its_whole_reason_in_one_line(tmp_path, monkeypatch, capsys):
