@@ -110,8 +110,10 @@ def get(kind: str) -> Broker:
 
 # -- the grading's backend, possibly started ahead of pytest ------------------------------------------------
 
-# settings -> (the thread starting it, None if started in the caller's; [the backend or the exception it raised])
-_early: dict[tuple, tuple[threading.Thread | None, list]] = {}
+# settings -> (set when the thread starting it is done, None if started in the caller's; [the backend or the exception
+# it raised]). An event, not Thread.join(): in Python 3.11 a Ctrl-C landing in join() marks the thread ended while it
+# still starts the backend, which then nobody stops (retrylab.background says more).
+_early: dict[tuple, tuple[threading.Event | None, list]] = {}
 _early_lock = threading.Lock()
 
 
@@ -133,12 +135,15 @@ def start_early(kind: str, name: str, *, fork_servers: bool = False, **options) 
     process), so a backend of the broker's `forked_server_backends` may fork its servers from this process rather
     than start interpreters for them: that one is started here, from this thread, before returning."""
     outcome: list = []
+    done = threading.Event()
 
     def start():
         try:
             outcome.append(_made_and_started(kind, name, options))
         except Exception as exc:       # BackendUnavailable among them: the grading that takes it says it
             outcome.append(exc)
+        finally:
+            done.set()
 
     in_this_thread = fork_servers and prepare_to_fork_servers(kind, name)
     thread = None if in_this_thread else threading.Thread(target=start, daemon=True, name=f"retrylab-start-{kind}")
@@ -146,11 +151,15 @@ def start_early(kind: str, name: str, *, fork_servers: bool = False, **options) 
     with _early_lock:
         if settings in _early:
             return
-        _early[settings] = (thread, outcome)
+        _early[settings] = (None if thread is None else done, outcome)
     if thread is None:
         start()
-    else:
+        return
+    try:
         thread.start()
+    except RuntimeError as exc:     # "can't start new thread": the grading that takes it says so, and waits for nothing
+        outcome.append(exc)
+        done.set()
 
 
 def prepare_to_fork_servers(kind: str, name: str) -> bool:
@@ -177,9 +186,9 @@ def started_backend(kind: str, name: str, **options) -> Backend:
         early = _early.pop(_settings(kind, name, options), None)
     if early is None:
         return _made_and_started(kind, name, options)
-    thread, outcome = early
-    if thread is not None:
-        thread.join()
+    done, outcome = early
+    if done is not None:
+        done.wait()
     if isinstance(outcome[0], Exception):
         raise outcome[0]
     return outcome[0]
@@ -190,8 +199,8 @@ def stop_unused() -> None:
     with _early_lock:
         left = list(_early.values())
         _early.clear()
-    for thread, outcome in left:
-        if thread is not None:
-            thread.join()
+    for done, outcome in left:
+        if done is not None:
+            done.wait()
         if outcome and not isinstance(outcome[0], Exception):
             outcome[0].stop()
