@@ -43,5 +43,6 @@ def main(argv: list[str] | None = None) -> int:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,11 +27,12 @@ def interrupted(lang: str | None = None) -> int:
 
 
 def main() -> int:
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = signal.signal(signal.SIGTERM, terminate)   # kept until cli.main puts its own: no gap between them
     try:
-        from retrylab import cli
-    except KeyboardInterrupt:
-        return interrupted()
+        try:
+            from retrylab import cli
+        except KeyboardInterrupt:
+            return interrupted()
+        return cli.main()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return cli.main()
