@@ -7,12 +7,14 @@ in Python 3.11 a Ctrl-C landing in Thread.join() marks a thread that is still ru
 handling in _wait_for_tstate_lock releases the running thread's own lock). An interrupted grading then went on
 to exit while an early run was still in its sandbox, and left the run's copy of the submission behind.
 
-A thread that does not stop is a harness defect, and waiting for it must not hang the grading: stop(),
-cancel() and join() wait at most STOP_WAIT seconds once the work is cancelled, then raise StuckWork. One such
-defect was seen: in Python 3.11 a module's import lock is left held for good when a signal (Ctrl-C, SIGTERM)
-lands in a thread just as it is woken to take that lock from another thread importing the same module; the next
-thread to wait for it waits forever. Modules a beside thread may import first are therefore imported before the
-threads start (the brokers' endpoints do), and an interrupted grading still ends in time if one is missed."""
+A thread that does not stop is a harness defect, and waiting for it must not hang the grading: once the work is
+cancelled, the wait is STOP_WAIT seconds at most. stop() and result() then raise StuckWork (the caller wanted the
+result); cancel() returns False and raises nothing, since it runs in finalizers and on paths already raising (a
+Ctrl-C, a step's time limit), whose exception must go on. One such defect was seen: in Python 3.11 a module's import
+lock is left held for good when a signal (Ctrl-C, SIGTERM) lands in a thread just as it is woken to take that lock
+from another thread importing the same module; the next thread to wait for it waits forever. Modules a beside
+thread may import first are therefore imported before the threads start (the brokers' endpoints do), and an
+interrupted grading still ends in time if one is missed."""
 from __future__ import annotations
 
 import contextvars
@@ -21,19 +23,24 @@ import threading
 import time
 
 
-STOP_WAIT = 30.0    # seconds a cancelled work may take to end: a learner run stops within a poll, a harness client's
-                    # call within its own timeout (10 s at most); past it the thread is stuck, not slow
+STOP_WAIT = 60.0    # seconds a cancelled work may take to end: a learner run stops within a poll, a harness client's
+                    # call within its own timeout (10 s at most). A container that is being started when its run is
+                    # cancelled can take longer: cancel() then stops waiting, and the daemon thread ends with the process
 
 
 class StuckWork(RuntimeError):
     """Work beside a run that did not end STOP_WAIT seconds after it was cancelled (a harness defect)."""
 
+    def __init__(self, name: str):
+        super().__init__(f"the harness's work beside the run ({name}) did not end within {STOP_WAIT:.0f} s of "
+                         f"being cancelled: a harness defect")
+
 
 class Beside:
     """`work(cancelled)` in a thread of its own. `result()` waits and returns its value (or raises its
     exception) in the caller's thread; `stop()` sets `cancelled` and waits for the result; `cancel()` sets it
-    and waits, whatever the outcome (a finalizer, a path already raising). `cancelled`: an event the caller
-    shares with other work (set by either), else one of its own."""
+    and waits, whatever the outcome and without raising (a finalizer, a path already raising). `cancelled`: an
+    event the caller shares with other work (set by either), else one of its own."""
 
     def __init__(self, work, name: str, cancelled: threading.Event | None = None):
         self.cancelled = cancelled or threading.Event()
@@ -63,17 +70,17 @@ class Beside:
         self.cancelled.set()
         return self.result()
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
+        """Set `cancelled` and wait for the work to end, STOP_WAIT seconds at most: False if it did not."""
         self.cancelled.set()
-        self.join()
+        return self._ended.wait(STOP_WAIT)
 
     def join(self) -> None:
         """Wait for the work: as long as it takes until it is cancelled, then STOP_WAIT seconds more at most."""
         while not self._ended.is_set() and not self.cancelled.is_set():
             self._ended.wait(0.5)
         if not self._ended.wait(STOP_WAIT):
-            raise StuckWork(f"the harness's work beside the run ({self._thread.name}) did not end within "
-                            f"{STOP_WAIT:.0f} s of being cancelled: a harness defect")
+            raise StuckWork(self._thread.name)
 
     def __enter__(self) -> "Beside":
         return self

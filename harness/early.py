@@ -50,11 +50,11 @@ class EarlyRuns:
         if len(names) < 2:
             return
         alone = without_step_clock(learner)
+        request.addfinalizer(lambda: _stop(started))    # first: a Ctrl-C between two starts stops the first
         for name in names:
             observe = self._observers[name]
             started[name] = Beside(lambda cancelled, observe=observe: observe(alone, backend, cancelled),
                                    f"retrylab-{self.name}-{name}")
-        request.addfinalizer(lambda: _stop(started))
 
     def record(self, request, fixture: str, learner, backend):
         """The record of run `fixture`: the early run's, or one made now."""
@@ -67,6 +67,6 @@ class EarlyRuns:
 def _stop(started: dict[str, Beside]) -> None:
     """Nothing of a run outlives the grading (its private server, its learner processes)."""
     for run in started.values():
-        run.cancelled.set()
+        run.cancelled.set()    # all at once: their stops take their time together
     for run in started.values():
-        run.join()
+        run.cancel()           # each waited for, even after one that does not end (a harness defect)

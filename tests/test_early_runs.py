@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from retrylab import background
+from retrylab import background, early
 from retrylab.background import Beside, without_step_clock
 from retrylab.early import EarlyRuns
 
@@ -45,14 +45,37 @@ def test_beside_shares_a_callers_cancel_event_and_cancel_waits_without_raising()
         beside.result()
 
 
-def test_work_that_does_not_end_once_cancelled_is_named_not_waited_for_forever(monkeypatch):
-    # a thread stuck for good (seen: a Python 3.11 import lock left held by a Ctrl-C) must not hang the grading
+@pytest.fixture
+def released():
+    """An event the test's stuck work waits on, set at the end so that no thread is left blocked."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_work_that_does_not_end_once_cancelled_is_named_not_waited_for_forever(monkeypatch, released):
+    # a thread stuck for good (seen: a Python 3.11 import lock left held by a Ctrl-C) must not hang the grading:
+    # stop() names it; cancel(), which runs on paths already raising, says so without raising
     monkeypatch.setattr(background, "STOP_WAIT", 0.3)
-    stuck = Beside(lambda cancelled: threading.Event().wait(), "retrylab-stuck")
+    stuck = Beside(lambda cancelled: released.wait(), "retrylab-stuck")
     began = time.monotonic()
     with pytest.raises(background.StuckWork, match="retrylab-stuck"):
-        stuck.cancel()
+        stuck.stop()
+    assert stuck.cancel() is False
     assert time.monotonic() - began < 5
+
+
+def test_an_early_run_that_does_not_end_does_not_keep_the_others_from_being_waited_for(monkeypatch, released):
+    monkeypatch.setattr(background, "STOP_WAIT", 0.3)
+    ended = threading.Event()
+
+    def slow_to_stop(cancelled):
+        cancelled.wait(60)
+        time.sleep(0.2)
+        ended.set()
+    started = {"stuck": Beside(lambda cancelled: released.wait(), "stuck"), "slow": Beside(slow_to_stop, "slow")}
+    early._stop(started)
+    assert ended.is_set()
 
 
 def test_a_ctrl_c_while_waiting_does_not_make_running_work_look_ended():
@@ -63,15 +86,15 @@ def test_a_ctrl_c_while_waiting_does_not_make_running_work_look_ended():
     finished = threading.Event()
 
     def work(cancelled):
-        cancelled.wait(10)
+        cancelled.wait(60)
         time.sleep(0.3)     # cleaning up after being cancelled
         finished.set()
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         beside = Beside(work, "t")
-        threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
         with pytest.raises(KeyboardInterrupt):
+            threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
             beside.result()
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -274,7 +274,7 @@ def observe_main(learner, nats_backend, cancelled=None) -> MainRun:
                                          stop_when=_worker_settled(batch, watch, progress_admin, cancelled),
                                          app=TaskprocApp(published=batch))
             finally:
-                service.cancelled.set()
+                service.cancel()    # waited for on every path: nothing of its run outlives the private server
             dlq_service = service.result()
             watcher.cancelled.set()
         return MainRun(

@@ -102,7 +102,7 @@ def observe_two_workers(learner, nats_backend, cancelled=None) -> TwoWorkersRun:
                 first = learner.run("worker.py", endpoint, timeout=TIMEOUT, app=app,
                                     stop_when=_settled(progress_admin, cancelled, finished))
         finally:
-            other.cancelled.set()
+            other.cancel()      # waited for on every path: nothing of its run outlives the private server
         return TwoWorkersRun(published=tuple(batch), seqs=seqs, setup=setup, workers=(first, other.result()),
                              consumer=server.consumer_info(admin))
 
