@@ -3,8 +3,10 @@ pytest is imported) is the one the grading takes, is never started twice, says w
 the grading asks for it, and is stopped when no grading takes it."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -98,3 +100,24 @@ def test_every_brokers_endpoint_module_is_whole_before_any_beside_thread_needs_i
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_ctrl_c_while_the_grading_waits_for_its_backend_leaves_it_for_stop_unused_to_stop(monkeypatch):
+    # the grading took the early backend off the list, then a Ctrl-C landed while it waited for the start:
+    # nobody stopped the backend once started (its servers outlived the grading)
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    release, stopped = threading.Event(), []
+    monkeypatch.setattr(FakeBackend, "start", lambda self: release.wait(10))
+    monkeypatch.setattr(FakeBackend, "stop", lambda self: stopped.append(self))
+    brokers.start_early("redis", "fake", redis_url=None)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+            brokers.started_backend("redis", "fake", redis_url=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    release.set()
+    brokers.stop_unused()
+    assert len(stopped) == 1

@@ -135,9 +135,10 @@ def start_early(kind: str, name: str, *, fork_servers: bool = False, **options) 
     process), so a backend of the broker's `forked_server_backends` may fork its servers from this process rather
     than start interpreters for them: that one is started here, from this thread, before returning."""
     outcome: list = []
-    done = threading.Event()
+    began, done = threading.Event(), threading.Event()
 
     def start():
+        began.set()
         try:
             outcome.append(_made_and_started(kind, name, options))
         except Exception as exc:       # BackendUnavailable among them: the grading that takes it says it
@@ -157,9 +158,14 @@ def start_early(kind: str, name: str, *, fork_servers: bool = False, **options) 
         return
     try:
         thread.start()
-    except RuntimeError as exc:     # "can't start new thread": the grading that takes it says so, and waits for nothing
-        outcome.append(exc)
-        done.set()
+    except BaseException as exc:
+        # "can't start new thread" (the grading that takes it says so), or a Ctrl-C inside start(): unless the thread
+        # runs after all, nothing would ever set `done`, and stop_unused() would wait for it for good
+        if not began.wait(1.0):
+            outcome.append(exc if isinstance(exc, Exception) else BackendUnavailable("the grading was interrupted"))
+            done.set()
+        if not isinstance(exc, RuntimeError):
+            raise
 
 
 def prepare_to_fork_servers(kind: str, name: str) -> bool:
@@ -182,13 +188,19 @@ def prepare_to_fork_servers(kind: str, name: str) -> bool:
 def started_backend(kind: str, name: str, **options) -> Backend:
     """The grading's backend, started: the one start_early began for the same settings (once it has started), else
     one made and started now. BackendUnavailable when it cannot work here."""
+    settings = _settings(kind, name, options)
     with _early_lock:
-        early = _early.pop(_settings(kind, name, options), None)
+        early = _early.pop(settings, None)
     if early is None:
         return _made_and_started(kind, name, options)
     done, outcome = early
     if done is not None:
-        done.wait()
+        try:
+            done.wait()
+        except BaseException:   # a Ctrl-C while it starts: put back, for stop_unused() to stop it once started
+            with _early_lock:
+                _early.setdefault(settings, early)
+            raise
     if isinstance(outcome[0], Exception):
         raise outcome[0]
     return outcome[0]
