@@ -31,8 +31,8 @@ def main() -> int:
     try:
         try:
             from retrylab import cli
-        except KeyboardInterrupt:
+            return cli.main()
+        except KeyboardInterrupt:   # in the imports, or in the moment cli.main installs or restores its handler
             return interrupted()
-        return cli.main()
     finally:
         signal.signal(signal.SIGTERM, previous)

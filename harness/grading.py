@@ -194,14 +194,22 @@ def _grade(submission, exercise, backend, steps, step_timeout, lang, broker_opti
     with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):   # the Report says it all
         try:
             exit_code = pytest.main(args, plugins=[grading])
-        except Exception:
+        except Exception as exc:
             # pytest's terminal reporter formats the interruption's traceback, and fails on a frame whose line is
             # unknown (Python 3.11 gives none for some instructions a signal can land in: a TypeError from
             # TracebackEntry.lineno). The session had ended and been cleaned up by then: it is the interruption.
-            if not grading.interrupted:
+            if not (grading.interrupted and _raised_in_pytest(exc)):
                 raise
             exit_code = pytest.ExitCode.INTERRUPTED
     return grading.report(exit_code, submission=submission, backend=backend, steps=steps, lang=lang, started=started)
+
+
+def _raised_in_pytest(exc: BaseException) -> bool:
+    """Whether `exc` was raised in pytest's own code (its last frame), not in the harness's or a check's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}_pytest{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 def _isolation_notes(exercise) -> tuple[str, ...]:
