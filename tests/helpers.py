@@ -1,6 +1,7 @@
 """Helpers shared by the harness's tests (imported as `helpers`: pytest puts tests/ on sys.path)."""
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from typing import Callable, TypeVar
@@ -61,3 +62,10 @@ def recv_until_eof(sock: socket.socket) -> bytes:
         if not chunk:
             return data
         data += chunk
+
+
+def default_sigint() -> None:
+    """A subprocess's preexec_fn: SIGINT at its default, as a terminal starts a command. A shell starts background
+    jobs with SIGINT ignored (CI scripts run so), the test process then inherits that, and a Python child would
+    never raise KeyboardInterrupt: a test of what Ctrl-C does would wait for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

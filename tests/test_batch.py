@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import default_sigint
 from retrylab import batch
 from retrylab.fixtures.backoff_dlq import corpus
 
@@ -100,7 +101,7 @@ def test_an_interrupted_batch_resumes_where_it_stopped(tmp_path, signum):
     proc = subprocess.Popen([sys.executable, "-m", "retrylab", "grade-batch", str(submissions), "--jobs", "1",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             # as from a terminal, even if this test runs where SIGINT is ignored
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=default_sigint)
     state = batch.state_path(out)
     while proc.poll() is None and not (state.exists() and state.read_bytes().count(b"\n") >= 1):
         time.sleep(0.05)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import alive
+from helpers import alive, default_sigint
 
 from retrylab import cli, grading
 from retrylab.brokers import BackendUnavailable
@@ -48,12 +48,6 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _default_sigint():
-    # a shell starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt:
-    # the grading must be started as a terminal would start it
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.fixture
 def private_tmp():
     """A TMPDIR of the test's own (the machine's /tmp is shared): the grading's temporary copies go
@@ -82,7 +76,7 @@ def test_an_interrupted_check_says_so_exits_130_and_leaves_nothing(signum, backe
     env = dict(os.environ, TMPDIR=str(private_tmp))
     proc = subprocess.Popen([sys.executable, "-m", "retrylab", "check", str(held_submission), "--backend", backend,
                              "--format", "exercism"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, preexec_fn=_default_sigint)
+                            env=env, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not list(private_tmp.glob("retrylab-run-*")):   # mid-grading: a learner's script is running
         assert proc.poll() is None and time.monotonic() < deadline, "the grading ended before it could be interrupted"
@@ -117,7 +111,7 @@ def test_a_signal_while_the_command_is_still_importing_says_so_too(signum):
         "from retrylab.entry import main\n"
         "sys.exit(main())\n")
     done = subprocess.run([sys.executable, "-c", interrupt_in_the_import, "check", str(REFERENCE)], capture_output=True,
-                          text=True, timeout=60, preexec_fn=_default_sigint,
+                          text=True, timeout=60, preexec_fn=default_sigint,
                           env=dict(os.environ, LANGUAGE="en", LC_ALL="C.UTF-8"))   # the line in English
     assert done.returncode == 130, done.stderr
     assert done.stderr.startswith("retrylab: interrupted") and len(done.stderr.strip().splitlines()) == 1, done.stderr

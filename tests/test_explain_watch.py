@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import default_sigint
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n, plots
 from retrylab.cli import main
@@ -200,7 +201,8 @@ class WatchProcess:
         env = dict(os.environ, LC_RETRYLAB_WATCH_TEST=self.mark, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "retrylab", "watch", str(submission), "--lang", "en", "--debounce", "100",
-             "--clear", "always"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+             "--clear", "always"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            preexec_fn=default_sigint)   # as a learner's terminal starts it, whoever started the tests
         self.text = ""
         self.ended = False
         self.seen = 0

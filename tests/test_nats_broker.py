@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import alive, wait_until
+from helpers import alive, default_sigint, wait_until
 from retrylab import brokers, sandbox
 from retrylab.appchannel import RunClock
 from retrylab.brokers import BackendUnavailable
@@ -135,7 +135,8 @@ OWNER = textwrap.dedent("""
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT], ids=["SIGTERM", "SIGKILL", "SIGINT"])
 def test_the_server_dies_with_the_grading_however_it_ends(how):
-    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, start_new_session=True)
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, start_new_session=True,
+                             preexec_fn=default_sigint)   # as a terminal starts it, whoever started the tests
     try:
         pid, port = json.loads(owner.stdout.readline())
         assert alive(pid) and _info(port)["jetstream"]
