@@ -182,7 +182,7 @@ def collect(exercise) -> int:
     """Collect the exercise's checks without running them (pytest's exit status): a warm grading process
     (retrylab.gradeworker) does it once, so that the gradings it forks find the checks and what they import
     (the broker's client library among them) already imported."""
-    with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):
+    with _pytest_environment(), contextlib.redirect_stdout(io.StringIO()):
         return pytest.main([*pytest_args(exercise), "--collect-only"])
 
 
@@ -191,7 +191,7 @@ def _grade(submission, exercise, backend, steps, step_timeout, lang, broker_opti
     args = [*pytest_args(exercise), "--solution", str(submission), "--backend", backend,
             *(f"--step={s.number}" for s in exercise.steps if s.number in steps), *_option_args(broker_options),
             *((f"--step-timeout={step_timeout}",) if step_timeout is not None else ()), f"--lang={lang}"]
-    with _no_plugin_autoload(), contextlib.redirect_stdout(io.StringIO()):   # the Report says it all
+    with _pytest_environment(), contextlib.redirect_stdout(io.StringIO()):   # the Report says it all
         try:
             exit_code = pytest.main(args, plugins=[grading])
         except Exception as exc:
@@ -253,16 +253,28 @@ def quote_once(results: tuple[StepResult, ...]) -> tuple[StepResult, ...]:
     return tuple(out)
 
 
+# What the grading's own pytest takes from the environment: nothing of the pytest a grading system or a CI job
+# may have set up for its own tests. PYTEST_ADDOPTS="-n 2" (xdist, for the pipeline's tests) made every grading
+# a usage error, "-W error" a traceback, "-k ..." steps that never ran; PYTEST_PLUGINS loads modules into the
+# grading, PYTEST_DEBUG writes pytest's trace on stderr. Autoloaded plugins (randomly, xdist, ...) would slow the
+# start and change the order. The report must be the same on every machine.
+_PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None,
+                       "PYTEST_DEBUG": None}
+
+
 @contextlib.contextmanager
-def _no_plugin_autoload():
-    # Only retrylab's plugin: other installed plugins (randomly, xdist, ...) would slow the start
-    # and change the order; the CLI's report must be the same on every machine.
-    previous = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+def _pytest_environment():
+    previous = {name: os.environ.get(name) for name in _PYTEST_ENVIRONMENT}
+    _set_environment(_PYTEST_ENVIRONMENT)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        _set_environment(previous)
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
         else:
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = previous
+            os.environ[name] = value

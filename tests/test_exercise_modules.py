@@ -2,6 +2,7 @@
 a grading puts nothing on sys.path (no top-level `checks` package beside `retrylab.checks`)."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -28,3 +29,15 @@ def test_a_grading_loads_each_module_of_the_exercise_once_and_leaves_sys_path_al
     shared = sorted(p.name for p in folder.glob("*.py") if not p.name.startswith(("test_", "conftest", "__init__")))
     for name in shared:
         assert _names_of(folder / name) in ([f"retrylab.checks.backoff_dlq.{name[:-3]}"], []), name
+
+
+def test_a_grading_takes_no_pytest_settings_from_the_environment(monkeypatch):
+    # what a CI job sets for its own tests: xdist's -n (not loaded in a grading: a usage error), warnings as
+    # errors, a keyword that selects no step, a plugin module that does not exist, pytest's debug trace
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-n 2 -W error -k nothing_matches")
+    monkeypatch.setenv("PYTEST_PLUGINS", "retrylab_no_such_plugin")
+    monkeypatch.setenv("PYTEST_DEBUG", "1")
+    report = grade(REFERENCE, steps=(3,))
+    assert [r.status for r in report.results if r.number == 3] == ["pass"], report.results
+    assert os.environ["PYTEST_ADDOPTS"] == "-n 2 -W error -k nothing_matches"
+    assert os.environ["PYTEST_PLUGINS"] == "retrylab_no_such_plugin"
