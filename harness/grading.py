@@ -173,9 +173,15 @@ UNUSED_PYTEST_PLUGINS = ("cacheprovider", "randomly", "doctest", "pastebin", "ju
 
 
 def pytest_args(exercise) -> list[str]:
-    """What every run of an exercise's checks gives pytest: its folder, the checks' own configuration, the plugin."""
+    """What every run of an exercise's checks gives pytest: its folder, the checks' own configuration, the plugin.
+
+    --assert=plain: a check fails by raising CheckFailed with the learner's message, never by a bare assert (every
+    other exception is a harness defect; tests/test_exercise_modules.py keeps it so), so rewriting the checks' asserts
+    gives nothing. It cost about 5% of a grading's CPU: pytest parsed, rewrote and compiled every check module
+    (and, where bytecode may not be written, did it again in every grading)."""
     return [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"), "--rootdir", str(exercises.CHECKS_DIR),
-            "-p", "retrylab.plugin", *(f"-pno:{name}" for name in UNUSED_PYTEST_PLUGINS), "-q", "--exercise", exercise.id]
+            "-p", "retrylab.plugin", *(f"-pno:{name}" for name in UNUSED_PYTEST_PLUGINS), "--assert=plain", "-q",
+            "--exercise", exercise.id]
 
 
 def collect(exercise) -> int:

@@ -2,6 +2,7 @@
 a grading puts nothing on sys.path (no top-level `checks` package beside `retrylab.checks`)."""
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,17 @@ def test_a_grading_loads_each_module_of_the_exercise_once_and_leaves_sys_path_al
     shared = sorted(p.name for p in folder.glob("*.py") if not p.name.startswith(("test_", "conftest", "__init__")))
     for name in shared:
         assert _names_of(folder / name) in ([f"retrylab.checks.backoff_dlq.{name[:-3]}"], []), name
+
+
+def test_no_check_fails_by_a_bare_assert():
+    # gradings run pytest with --assert=plain (grading.pytest_args): a check says what is wrong by raising
+    # CheckFailed with the learner's message; a bare assert would give neither a message nor a verdict
+    found = []
+    for module in sorted(exercises.CHECKS_DIR.rglob("*.py")):
+        tree = ast.parse(module.read_text(), filename=str(module))
+        found += [f"{module.relative_to(exercises.CHECKS_DIR)}:{node.lineno}"
+                  for node in ast.walk(tree) if isinstance(node, ast.Assert)]
+    assert not found, found
 
 
 def test_a_grading_takes_no_pytest_settings_from_the_environment(monkeypatch):
