@@ -10,7 +10,7 @@ import threading
 from retrylab import __version__
 from retrylab import exercise as exercises
 from retrylab.brokers import BackendUnavailable
-from retrylab.commands import COMMANDS, UsageError
+from retrylab.commands import COMMANDS, UsageError, write_stdout
 from retrylab.entry import interrupted, terminate
 
 
@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         if extra:  # the subcommand's own usage, not the top level's: `check mine --frobnicate`
             subcommands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-        return modules[args.command].run(args)
+        status = modules[args.command].run(args)
+        if sys.stdout is not None:
+            write_stdout("")    # what print() left buffered: a failure to write it is said here, not at exit
+        return status
     except (UsageError, BackendUnavailable, exercises.UnknownExercise) as exc:
         print(f"retrylab: {exc}", file=sys.stderr)
         return 2

@@ -185,3 +185,41 @@ def test_an_interrupted_grading_is_an_error_in_exercism_even_after_some_steps_ra
     data = exercism.to_dict(report)
     assert data["status"] == "error" and data["message"] == "interrupted: stopped"
     assert report.exit_status() == 130 and report.exit_status(strict=True) == 130
+
+
+def _with_stdout(stdout: str, *args: str, buffered: bool = False) -> subprocess.CompletedProcess:
+    """`retrylab` run with its standard output on a full disk, closed, or a pipe whose reader has left."""
+    env = {k: v for k, v in os.environ.items() if not (buffered and k == "PYTHONUNBUFFERED")}
+    command = [sys.executable, "-m", "retrylab", *args]
+    if stdout == "full":
+        with open("/dev/full", "w") as full:
+            return subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    if stdout == "closed":
+        return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                              env=env, preexec_fn=lambda: os.close(1))
+    read, write = os.pipe()
+    os.close(read)                                   # the reader left: a write gets EPIPE
+    try:
+        return subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
+@pytest.mark.parametrize("stdout", ["full", "closed", "pipe-reader-gone"])
+def test_a_report_standard_output_cannot_take_is_one_line_and_exit_2(stdout, buffered):
+    # exit status 1 (a traceback) reads as a failed lab step in CI; Python's 120 ("Exception ignored") as nothing
+    done = _with_stdout(stdout, "check", str(REFERENCE), "--step", "3", buffered=buffered)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("retrylab: could not write on standard output: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_what_other_commands_print_is_held_to_it_too_and_nothing_is_asked_of_an_unused_stdout(tmp_path):
+    done = _with_stdout("closed", "explain")
+    assert done.returncode == 2 and done.stderr.startswith("retrylab: could not write on standard output"), done.stderr
+    report = tmp_path / "report.json"
+    done = _with_stdout("closed", "check", str(REFERENCE), "--step", "3", "--format", "exercism",
+                        "--output", str(report))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(report.read_text())["status"] == "pass"

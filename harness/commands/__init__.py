@@ -5,12 +5,43 @@ reason outside the learner's submission: bad arguments, a backend that is not av
 """
 from __future__ import annotations
 
+import errno
+import os
+import sys
+
 from retrylab import exercise as exercises
 from retrylab import options
 
 
 class UsageError(Exception):
     pass
+
+
+def write_stdout(text: str) -> None:
+    """Write `text` on standard output, now (flushed). Standard output that cannot take it (a full disk, a closed
+    descriptor, a pipe whose reader left) is one line and exit status 2, as any other reason the command could not
+    do its job: it was a traceback and exit status 1, which CI reads as a failed lab step, or Python's own
+    "Exception ignored" and 120 when the text was still buffered at exit."""
+    try:
+        if sys.stdout is None:      # started with descriptor 1 closed
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        discard_stdout()
+        raise UsageError(f"could not write on standard output: {exc.strerror or exc}") from None
+
+
+def discard_stdout() -> None:
+    """Standard output goes nowhere from now on: what is still buffered for it, flushed at exit, must not fail
+    again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
 
 
 # The order is the order of `retrylab --help`.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from retrylab import i18n, options
 from retrylab.commands import (UsageError, add_options, broker_settings, chosen_exercise, probe_backend,
-                               start_early)
+                               start_early, write_stdout)
 from retrylab.reporters import FORMATS, github
 from retrylab.reporters.bounds import neutral
 
@@ -65,7 +65,7 @@ def check_output_path(path: Path, option: str) -> None:
 
 def write_report(rendered: str, output: Path | None) -> None:
     if output is None:
-        sys.stdout.write(rendered)
+        write_stdout(rendered)
         return
     try:
         output.write_text(rendered, encoding="utf-8")

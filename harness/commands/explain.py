@@ -6,11 +6,10 @@ Everything comes from the exercise: exercise.toml (titles, hints, `formulas` per
 """
 from __future__ import annotations
 
-import sys
 
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n, options
-from retrylab.commands import UsageError, add_options, chosen_exercise
+from retrylab.commands import UsageError, add_options, chosen_exercise, write_stdout
 
 INDENT = "  "
 
@@ -87,8 +86,8 @@ def run(args) -> int:
     exercise = chosen_exercise(args)
     with i18n.use(lang):
         if args.step is None:
-            sys.stdout.write(index(exercise, lang))
+            write_stdout(index(exercise, lang))
             return 0
         step = find_step(exercise, args.step)
-        sys.stdout.write(explain(exercise, step, lang))
+        write_stdout(explain(exercise, step, lang))
     return 0

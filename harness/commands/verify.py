@@ -8,11 +8,10 @@ It speaks the learner's language: `--lang`, else the locale, as `retrylab check`
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from retrylab import i18n, options
-from retrylab.commands import UsageError, add_options, chosen_exercise
+from retrylab.commands import UsageError, add_options, chosen_exercise, write_stdout
 from retrylab.verify import CannotCheck, render, verify
 
 
@@ -42,7 +41,7 @@ def run(args) -> int:
         result = verify(args.directory, args.step, broker_url=live_url(args, exercise), exercise_id=exercise.id, lang=lang)
     except CannotCheck as exc:
         raise UsageError(i18n.label("verify.cannot_check", lang, step=args.step, reason=str(exc))) from None
-    sys.stdout.write(render(result))
+    write_stdout(render(result))
     return 0 if result.done else 1
 
 
