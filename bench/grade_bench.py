@@ -282,7 +282,6 @@ def _grade_in_process(backend: str) -> tuple[float, _Timings]:
     exercise = MEASURED.exercise
     collector = _Timings(exercise)
     args = [*pytest_args(exercise), "--solution", str(MEASURED.reference), "--backend", backend]
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     started = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()):
         pytest.main(args, plugins=[collector])

@@ -170,7 +170,6 @@ def main() -> int:
     args = parser.parse_args()
     HOW[0] = args.how
     os.environ[RUN_TAG_VARIABLE] = TAG
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     entries = {e.id: e for e in corpus.entries()} | {"reference": _Reference}
     cases = [(name, args.after or after) for name, after in DEFAULT_CASES
              if not args.match or any(m in name for m in args.match)]

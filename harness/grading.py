@@ -178,10 +178,13 @@ def pytest_args(exercise) -> list[str]:
     --assert=plain: a check fails by raising CheckFailed with the learner's message, never by a bare assert (every
     other exception is a harness defect; tests/test_exercise_modules.py keeps it so), so rewriting the checks' asserts
     gives nothing. It cost about 5% of a grading's CPU: pytest parsed, rewrote and compiled every check module
-    (and, where bytecode may not be written, did it again in every grading)."""
+    (and, where bytecode may not be written, did it again in every grading).
+
+    --disable-plugin-autoload: only retrylab's plugin; other installed plugins (randomly, xdist, ...) would slow the
+    start and change the order."""
     return [str(exercise.folder), "-c", str(exercises.CHECKS_DIR / "pytest.ini"), "--rootdir", str(exercises.CHECKS_DIR),
-            "-p", "retrylab.plugin", *(f"-pno:{name}" for name in UNUSED_PYTEST_PLUGINS), "--assert=plain", "-q",
-            "--exercise", exercise.id]
+            "-p", "retrylab.plugin", *(f"-pno:{name}" for name in UNUSED_PYTEST_PLUGINS), "--assert=plain",
+            "--disable-plugin-autoload", "-q", "--exercise", exercise.id]
 
 
 def collect(exercise) -> int:
@@ -259,28 +262,20 @@ def quote_once(results: tuple[StepResult, ...]) -> tuple[StepResult, ...]:
     return tuple(out)
 
 
-# What the grading's own pytest takes from the environment: nothing of the pytest a grading system or a CI job
-# may have set up for its own tests. PYTEST_ADDOPTS="-n 2" (xdist, for the pipeline's tests) made every grading
-# a usage error, "-W error" a traceback, "-k ..." steps that never ran; PYTEST_PLUGINS loads modules into the
-# grading, PYTEST_DEBUG writes pytest's trace on stderr. Autoloaded plugins (randomly, xdist, ...) would slow the
-# start and change the order. The report must be the same on every machine.
-_PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None,
-                       "PYTEST_DEBUG": None}
+# What the grading's own pytest would take from the environment, that a grading system or a CI job may have set for
+# its own tests: PYTEST_ADDOPTS="-n 2" (xdist, for the pipeline's tests) made every grading a usage error, "-W error"
+# a traceback, "-k ..." steps that never ran; PYTEST_PLUGINS loads modules into the grading, PYTEST_DEBUG writes
+# pytest's trace on stderr. The report must be the same on every machine. (Autoloaded plugins: pytest_args.)
+_FOREIGN_PYTEST_SETTINGS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DEBUG")
 
 
 @contextlib.contextmanager
 def _pytest_environment():
-    previous = {name: os.environ.get(name) for name in _PYTEST_ENVIRONMENT}
-    _set_environment(_PYTEST_ENVIRONMENT)
+    # only what is there is removed, and put back after: the grading's threads beside this one (its early runs)
+    # copy os.environ for the processes they start, and a copy made while another thread changes it can fail
+    # ("dictionary changed size during iteration"); where none of these is set, nothing changes
+    removed = {name: os.environ.pop(name) for name in _FOREIGN_PYTEST_SETTINGS if name in os.environ}
     try:
         yield
     finally:
-        _set_environment(previous)
-
-
-def _set_environment(values: dict[str, str | None]) -> None:
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+        os.environ.update(removed)
