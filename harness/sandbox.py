@@ -84,6 +84,20 @@ STOP_GRACE = 0.5                        # seconds between SIGTERM and SIGKILL wh
 _UID_RANGE = (2_000_000_000, 2_100_000_000)  # uids for learner processes: one per run, never a real user
 
 
+def _inherited_environment() -> dict[str, str]:
+    """What a learner process takes from the grading's environment: the allowlist and the locale. The names are
+    listed at once (one copy, atomic under the GIL) and only those kept are looked up: pytest sets and removes
+    PYTEST_CURRENT_TEST around every phase of every check while runs beside the steps start here, and looking up
+    every name listed could meet one just removed (a KeyError in the run's thread)."""
+    env = {}
+    for name in list(os.environ):
+        if name in _ENV_ALLOWLIST or name.startswith("LC_"):
+            value = os.environ.get(name)
+            if value is not None:
+                env[name] = value
+    return env
+
+
 class SandboxError(RuntimeError):
     """The harness could not run the learner's script at all (a harness or machine problem). `errno`: the system
     error behind it, where one was (raised here, or reported by the run's supervisor or init as "[Errno N]")."""
@@ -412,7 +426,7 @@ class Sandbox:
         return path
 
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOWLIST or k.startswith("LC_")}
+        env = _inherited_environment()
         env.update(HOME=str(self.home), TZ="UTC", PYTHONPATH=str(SITE_DIR),
                    PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
                    RETRYLAB_SITE_ACTIVE="1", TMPDIR=str(self.tmp))
@@ -510,7 +524,7 @@ class Sandbox:
     def template_environment() -> dict[str, str]:
         """What a warm template starts with: a learner process's environment as its interpreter reads it at
         start-up (encoding, buffering, path, locale), without anything of one run or sandbox."""
-        env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOWLIST or k.startswith("LC_")}
+        env = _inherited_environment()
         env.update(HOME="/nonexistent", TZ="UTC", PYTHONPATH=str(SITE_DIR), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
         env.setdefault("PATH", os.defpath)

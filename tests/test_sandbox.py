@@ -4,7 +4,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +65,36 @@ def test_environment_is_an_allowlist(tmp_path, monkeypatch):
         result = box.run("env.py", env={"REDIS_URL": "redis://x"}, timeout=20)
     assert "secret-token-value" not in result.stdout and "GITHUB_TOKEN" not in result.stdout
     assert "REDIS_URL" in result.stdout and "'TZ'" in result.stdout
+
+
+def test_the_environment_is_copied_whole_while_another_thread_changes_it(monkeypatch):
+    # pytest sets and removes PYTEST_CURRENT_TEST around every phase of every check, while the runs beside the
+    # steps start learner processes: copying os.environ then raised KeyError in the run's thread
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    stop, failures = threading.Event(), []
+
+    def churn():
+        while not stop.is_set():
+            os.environ["RETRYLAB_TEST_CHURN"] = "1"
+            os.environ.pop("RETRYLAB_TEST_CHURN", None)
+
+    changer = threading.Thread(target=churn, daemon=True)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)          # switch threads as often as the interpreter can
+    changer.start()
+    try:
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            try:
+                assert Sandbox.template_environment()["LANG"] == "C.UTF-8"
+            except (KeyError, RuntimeError) as exc:
+                failures.append(repr(exc))
+                break
+    finally:
+        stop.set()
+        changer.join()
+        sys.setswitchinterval(previous)
+    assert not failures, failures
 
 
 def test_the_submission_is_unchanged_and_the_copy_removed(tmp_path):
