@@ -10,8 +10,8 @@ import threading
 from retrylab import __version__
 from retrylab import exercise as exercises
 from retrylab.brokers import BackendUnavailable
-from retrylab.commands import COMMANDS, UsageError, write_stdout
-from retrylab.entry import interrupted, terminate
+from retrylab.commands import COMMANDS, UsageError
+from retrylab.entry import interrupted, say, terminate
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict, dict]:
@@ -33,12 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         if extra:  # the subcommand's own usage, not the top level's: `check mine --frobnicate`
             subcommands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-        status = modules[args.command].run(args)
-        if sys.stdout is not None:
-            write_stdout("")    # what print() left buffered: a failure to write it is said here, not at exit
-        return status
+        return modules[args.command].run(args)
     except (UsageError, BackendUnavailable, exercises.UnknownExercise) as exc:
-        print(f"retrylab: {exc}", file=sys.stderr)
+        say(f"retrylab: {exc}")
         return 2
     except KeyboardInterrupt:
         return interrupted(getattr(args, "lang", None))

@@ -187,16 +187,20 @@ def test_an_interrupted_grading_is_an_error_in_exercism_even_after_some_steps_ra
     assert report.exit_status() == 130 and report.exit_status(strict=True) == 130
 
 
-def _with_stdout(stdout: str, *args: str, buffered: bool = False) -> subprocess.CompletedProcess:
-    """`retrylab` run with its standard output on a full disk, closed, or a pipe whose reader has left."""
-    env = {k: v for k, v in os.environ.items() if not (buffered and k == "PYTHONUNBUFFERED")}
-    command = [sys.executable, "-m", "retrylab", *args]
-    if stdout == "full":
-        with open("/dev/full", "w") as full:
-            return subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
-    if stdout == "closed":
-        return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
-                              env=env, preexec_fn=lambda: os.close(1))
+
+def _with_stdout(stdout: str, *args: str, buffered: bool = False, stderr: str = "pipe") -> subprocess.CompletedProcess:
+    """`retrylab` run with its standard output on a full disk, closed, or a pipe whose reader has left (and its
+    standard error captured, closed or on a full disk)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if buffered:
+        del env["PYTHONUNBUFFERED"]
+    redirect = {"closed": ">&-", "full": ">/dev/full"}.get(stdout, "")
+    redirect += {"closed": " 2>&-", "full": " 2>/dev/full"}.get(stderr, "")
+    # a shell closes or redirects them, as a user's would (no preexec_fn in this threaded test process)
+    command = ["sh", "-c", f'exec "$0" -m retrylab "$@" {redirect}', sys.executable, *args]
+    if stdout != "pipe-reader-gone":
+        return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                              env=env)
     read, write = os.pipe()
     os.close(read)                                   # the reader left: a write gets EPIPE
     try:
@@ -205,21 +209,56 @@ def _with_stdout(stdout: str, *args: str, buffered: bool = False) -> subprocess.
         os.close(write)
 
 
-@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
-@pytest.mark.parametrize("stdout", ["full", "closed", "pipe-reader-gone"])
-def test_a_report_standard_output_cannot_take_is_one_line_and_exit_2(stdout, buffered):
+def _said_once_and_exit_2(done: subprocess.CompletedProcess) -> None:
     # exit status 1 (a traceback) reads as a failed lab step in CI; Python's 120 ("Exception ignored") as nothing
-    done = _with_stdout(stdout, "check", str(REFERENCE), "--step", "3", buffered=buffered)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("retrylab: could not write on standard output: "), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
 
 
-def test_what_other_commands_print_is_held_to_it_too_and_nothing_is_asked_of_an_unused_stdout(tmp_path):
-    done = _with_stdout("closed", "explain")
-    assert done.returncode == 2 and done.stderr.startswith("retrylab: could not write on standard output"), done.stderr
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+
+
+@needs_dev_full
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
+@pytest.mark.parametrize("stdout", ["full", "closed", "pipe-reader-gone"])
+def test_what_standard_output_cannot_take_is_one_line_and_exit_2(stdout, buffered):
+    _said_once_and_exit_2(_with_stdout(stdout, "explain", "3", buffered=buffered))
+
+
+@needs_dev_full
+@pytest.mark.parametrize("stdout, buffered", [("full", True), ("pipe-reader-gone", False)])
+def test_a_grading_whose_report_cannot_be_written_says_so_in_one_line(stdout, buffered):
+    _said_once_and_exit_2(_with_stdout(stdout, "check", str(REFERENCE), "--step", "3", buffered=buffered))
+
+
+def test_a_watch_whose_summary_cannot_be_shown_stops_and_says_so(tmp_path):
+    shutil.copytree(REFERENCE, tmp_path / "mine")
+    done = _with_stdout("pipe-reader-gone", "watch", str(tmp_path / "mine"))
+    _said_once_and_exit_2(done)
+
+
+def test_an_unused_standard_output_may_be_closed(tmp_path):
     report = tmp_path / "report.json"
     done = _with_stdout("closed", "check", str(REFERENCE), "--step", "3", "--format", "exercism",
                         "--output", str(report))
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert json.loads(report.read_text())["status"] == "pass"
+
+
+@needs_dev_full
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_standard_error_that_cannot_take_the_line_changes_no_exit_status(tmp_path, stderr):
+    done = _with_stdout("pipe", "check", str(tmp_path / "missing"), stderr=stderr)
+    assert done.returncode == 2 and done.stdout == "", done.stdout     # not the line on stdout, nor a traceback
+
+
+def test_descriptors_the_command_was_started_without_are_not_handed_to_what_it_opens():
+    # started with descriptor 1 closed, the first socket the grading opened took number 1, and a server it
+    # started, or anything writing "standard output", wrote into that socket
+    script = ("import socket, sys; from retrylab import entry; entry._fill_standard_descriptors(); "
+              "s = socket.socket(); print(s.fileno(), sys.stdout, file=sys.stderr)")
+    done = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" >&- <&-', sys.executable, script],
+                          capture_output=True, text=True, timeout=60)
+    number, stdout = done.stderr.split(" ", 1)
+    assert int(number) > 2 and stdout.strip() == "None", done.stderr

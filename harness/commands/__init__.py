@@ -17,31 +17,23 @@ class UsageError(Exception):
     pass
 
 
-def write_stdout(text: str) -> None:
-    """Write `text` on standard output, now (flushed). Standard output that cannot take it (a full disk, a closed
-    descriptor, a pipe whose reader left) is one line and exit status 2, as any other reason the command could not
-    do its job: it was a traceback and exit status 1, which CI reads as a failed lab step, or Python's own
-    "Exception ignored" and 120 when the text was still buffered at exit."""
+class OutputError(UsageError):
+    """Standard output could not take what the command had to say."""
+
+
+def write_stdout(text: str, out=None) -> None:
+    """Write `text` on standard output (or `out`, a stream standing for it), now (flushed). Standard output that
+    cannot take it (a full disk, a closed descriptor, a pipe whose reader left) is one line and exit status 2, as any
+    other reason the command could not do its job: it was a traceback and exit status 1, which CI reads as a failed
+    lab step. (What stays buffered is dealt with where the process ends: entry.main.)"""
+    out = sys.stdout if out is None else out
     try:
-        if sys.stdout is None:      # started with descriptor 1 closed
+        if out is None:     # started with descriptor 1 closed
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        out.write(text)
+        out.flush()
     except OSError as exc:
-        discard_stdout()
-        raise UsageError(f"could not write on standard output: {exc.strerror or exc}") from None
-
-
-def discard_stdout() -> None:
-    """Standard output goes nowhere from now on: what is still buffered for it, flushed at exit, must not fail
-    again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-    finally:
-        os.close(devnull)
-    if sys.stdout is None:
-        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
+        raise OutputError(f"could not write on standard output: {exc.strerror or exc}") from None
 
 
 # The order is the order of `retrylab --help`.

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from retrylab import i18n, options
+from retrylab.entry import say
 from retrylab.commands import (UsageError, add_options, broker_settings, chosen_exercise, probe_backend,
                                start_early, write_stdout)
 from retrylab.reporters import FORMATS, github
@@ -90,16 +90,23 @@ def run(args) -> int:
     if os.environ.get("GITHUB_ACTIONS") == "true":
         # Annotations on stderr (the runner reads workflow commands there too): stdout keeps only the
         # report. Written first, so that they are in before any text the report quotes.
-        sys.stderr.write(github.render(report, str(Path(report.submission).resolve())))
-        sys.stderr.flush()
+        annotations = github.render(report, str(Path(report.submission).resolve()))
+        if annotations:
+            say(annotations.rstrip("\n"))
     # The machine formats are always written (a runner reads its file); a text report of steps none
     # of which was judged would only repeat the one line below, so the line is all there is then.
-    if args.format != "text" or args.output or not _nothing_graded(report):
-        write_report(FORMATS[args.format](report), args.output)
     status = report.exit_status(strict=args.strict)
+    lost = None
+    if args.format != "text" or args.output or not _nothing_graded(report):
+        try:
+            write_report(FORMATS[args.format](report), args.output)
+        except UsageError as exc:   # the report could not be written: said after what the grading itself says
+            lost = exc
     if status in (2, 130):
         reason = report.harness_error or "the harness failed on a step (see the report)"
-        print(f"retrylab: {neutral(' '.join(reason.split()))}", file=sys.stderr)
+        say(f"retrylab: {neutral(' '.join(reason.split()))}")
     if status == 130:
-        return status   # an interruption is not a verdict: --exit-zero does not hide it
+        return status   # an interruption is not a verdict: --exit-zero does not hide it, nor a lost report
+    if lost is not None:
+        raise lost
     return 0 if args.exit_zero else status

@@ -6,7 +6,6 @@ Everything comes from the exercise: exercise.toml (titles, hints, `formulas` per
 """
 from __future__ import annotations
 
-
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n, options
 from retrylab.commands import UsageError, add_options, chosen_exercise, write_stdout

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n, options, procfs
-from retrylab.commands import UsageError, add_options, chosen_exercise, probe_backend
+from retrylab.commands import UsageError, add_options, chosen_exercise, probe_backend, write_stdout
 from retrylab.commands.explain import step_files
 from retrylab.reporters.bounds import neutral
 
@@ -56,11 +56,13 @@ class _Stop(Exception):
 class Watcher:
     """The latest result of every step, and the summary drawn from them."""
 
-    def __init__(self, args, exercise: exercises.Exercise, lang: str, out=sys.stdout):
+    def __init__(self, args, exercise: exercises.Exercise, lang: str, out=None):
         self.args = args
         self.exercise = exercise
         self.lang = lang
-        self.out = out
+        if out is None and sys.stdout is None:      # started with descriptor 1 closed: nothing could be shown
+            write_stdout("")
+        self.out = out = out if out is not None else sys.stdout
         self.results: dict[int, object] = {}
         self.advanced: tuple = ()     # the advanced checks' results of the last full grading
         self.stale: set[int] = set()
@@ -148,8 +150,7 @@ class Watcher:
 
     def draw(self, checking: list[int] | None = None, advanced: bool = False) -> None:
         text = "\n".join(self.summary(checking, advanced)) + "\n"
-        self.out.write((CLEAR if self.clear else SEPARATOR + "\n") + text)
-        self.out.flush()
+        write_stdout((CLEAR if self.clear else SEPARATOR + "\n") + text, self.out)
 
 
 def _words(line: str) -> list[str]:
@@ -336,6 +337,5 @@ def run(args) -> int:
             signal.signal(sig, handler)
         feed.thread.join(timeout=5)
         _stop_children()
-    sys.stdout.write(i18n.label("watch.stopped", lang, directory=str(args.directory)) + "\n")
-    sys.stdout.flush()
+    write_stdout(i18n.label("watch.stopped", lang, directory=str(args.directory)) + "\n")
     return 0
