@@ -59,6 +59,15 @@ def _fill_standard_descriptors() -> None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
 
 
+def _escape_what_cannot_be_encoded() -> None:
+    """A character the output's encoding has not (`--lang zh` or a learner's non-ASCII line quoted, under
+    PYTHONIOENCODING=ascii or a legacy locale) is written as an escape (\\u4e00: still valid JSON), not a
+    UnicodeEncodeError traceback and exit 1 after the grading."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def _delivered(status: int) -> int:
     """`status`, once what is still buffered for standard output is written. A standard output that cannot take it
     (a full disk, a reader gone) makes it 2 with one line, and Python is not left to fail on it again at exit
@@ -97,6 +106,7 @@ def main() -> int:
     previous = signal.signal(signal.SIGTERM, terminate)   # kept until cli.main puts its own: no gap between them
     try:
         _fill_standard_descriptors()
+        _escape_what_cannot_be_encoded()
         try:
             from retrylab import cli
             status = cli.main()

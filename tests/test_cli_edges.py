@@ -262,3 +262,16 @@ def test_descriptors_the_command_was_started_without_are_not_handed_to_what_it_o
                           capture_output=True, text=True, timeout=60)
     number, stdout = done.stderr.split(" ", 1)
     assert int(number) > 2 and stdout.strip() == "None", done.stderr
+
+
+def test_what_the_output_encoding_cannot_take_is_escaped_not_a_traceback():
+    # a learner's Chinese report on a machine whose output is ASCII: UnicodeEncodeError, exit 1, after the grading
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--step", "3", "--lang", "zh",
+                           "--format", "exercism"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    titles = [test["name"] for test in json.loads(done.stdout)["tests"]]
+    assert any(not title.isascii() for title in titles), titles     # the escapes are JSON's: read back whole
+    done = subprocess.run([sys.executable, "-m", "retrylab", "explain", "3", "--lang", "zh"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0 and "\\u" in done.stdout and "Traceback" not in done.stderr, done.stderr
