@@ -80,6 +80,18 @@ def chosen_backend(backend: str | None, exercise: exercises.Exercise, *, private
     return backend
 
 
+# The longest time limit taken: a day is more than any grading needs, and far beyond it (--step-timeout 1e10, inf)
+# the deadlines overflowed the platform's time_t inside the grading, which then reported every step a harness defect
+MAX_SECONDS = 24 * 3600
+
+
+def seconds_problem(flag: str, value: float | None) -> str | None:
+    """What is wrong with a time limit given as `flag` (None: nothing, or not given): above 0, at most a day."""
+    if value is not None and not 0 < value <= MAX_SECONDS:
+        return f"{flag} {value:g}: give a number of seconds above 0 and at most {MAX_SECONDS} (a day)"
+    return None
+
+
 # The engine's options, in the order `--help` shows them. A command adds those it takes.
 EXERCISE = Option(("--exercise",), dest="exercise", pytest_dest="retrylab_exercise", settings=dict(
     default=None, metavar="ID"), help=f"the exercise to grade: {', '.join(exercises.exercises())} "

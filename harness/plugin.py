@@ -94,8 +94,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "step(number): the lab step a check module grades")
     config.addinivalue_line("markers", "advanced(id): an advanced check, reported apart from the lab")
     override = config.getoption("retrylab_step_timeout")
-    if override is not None and not override > 0:
-        raise pytest.UsageError("--step-timeout must be a positive number of seconds")
+    problem = options.seconds_problem("--step-timeout", override)
+    if problem:
+        raise pytest.UsageError(problem)
     config.stash[CLOCK] = StepClock(override)
     chosen = config.getoption("retrylab_exercise")
     if chosen:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
-from retrylab.grading import grade
+from retrylab import exercise as exercises
+from retrylab.grading import grade, pytest_args
 from retrylab.limits import StepClock, StepTimeLimit
 from retrylab.procfs import find_processes
 from retrylab.sandbox import RUN_ID_VARIABLE, Sandbox
@@ -107,12 +108,21 @@ def test_step_timeout_on_the_command_line(tmp_path):
     _assert_gone(tests[8].get("output", ""))
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "nan"])
-def test_a_step_timeout_that_is_not_a_positive_number_is_a_usage_error(value):
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e10", "86401"])
+def test_a_step_timeout_that_is_not_a_positive_number_up_to_a_day_is_a_usage_error(value):
+    # 1e10 and inf overflowed time_t inside the grading: every step a harness defect
     done = subprocess.run([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--step-timeout", value],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--step-timeout" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["inf", "1e10"])
+def test_a_step_timeout_beyond_a_day_is_refused_under_plain_pytest_too(value):
+    done = subprocess.run([sys.executable, "-m", "pytest", *pytest_args(exercises.get("backoff-dlq")),
+                           "--solution", str(REFERENCE), "--step-timeout", value, "-p", "no:randomly"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4 and "at most 86400" in done.stderr, done.stdout + done.stderr
 
 
 def _spin_until_interrupted(limit: float = 30.0) -> None:

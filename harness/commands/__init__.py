@@ -36,6 +36,13 @@ def write_stdout(text: str, out=None) -> None:
         raise OutputError(f"could not write on standard output: {exc.strerror or exc}") from None
 
 
+def check_seconds(flag: str, value: float | None) -> None:
+    """A time limit given on the command line is usable (else UsageError)."""
+    problem = options.seconds_problem(flag, value)
+    if problem:
+        raise UsageError(problem)
+
+
 # The order is the order of `retrylab --help`.
 COMMANDS = ["check", "verify", "grade-batch", "explain", "watch"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from retrylab import i18n, options
 from retrylab.entry import say
 from retrylab.commands import (UsageError, add_options, broker_settings, chosen_exercise, probe_backend,
-                               start_early, write_stdout)
+                               check_seconds, start_early, write_stdout)
 from retrylab.reporters import FORMATS, github
 from retrylab.reporters.bounds import neutral
 
@@ -32,8 +32,7 @@ def validate(args):
         raise UsageError(f"{args.directory} is not a directory")
     if args.output is not None:
         check_output_path(args.output, "--output")
-    if args.step_timeout is not None and not args.step_timeout > 0:
-        raise UsageError(f"--step-timeout {args.step_timeout:g}: give a positive number of seconds")
+    check_seconds("--step-timeout", args.step_timeout)
     exercise = chosen_exercise(args)
     known = {s.number for s in exercise.steps}
     unknown = sorted(set(args.step) - known)
