@@ -271,9 +271,8 @@ _FOREIGN_PYTEST_SETTINGS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DEBUG")
 
 @contextlib.contextmanager
 def _pytest_environment():
-    # only what is there is removed, and put back after: the grading's threads beside this one (its early runs)
-    # copy os.environ for the processes they start, and a copy made while another thread changes it can fail
-    # ("dictionary changed size during iteration"); where none of these is set, nothing changes
+    # only what is there is removed, and put back after: where none of these is set, os.environ is left alone while
+    # the grading's early runs copy it in threads beside this one (sandbox._inherited_environment)
     removed = {name: os.environ.pop(name) for name in _FOREIGN_PYTEST_SETTINGS if name in os.environ}
     try:
         yield
