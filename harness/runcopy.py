@@ -8,6 +8,7 @@ folders and SysV IPC is removed after the run (`remove_leftovers`).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -17,9 +18,33 @@ from retrylab.tempdirs import remove_tree
 _SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # writable by anyone
 
 
+class NotCopied(Exception):
+    """A file of the submission could not be copied for the run: `file` (as the submission names it), the system
+    error number behind it and its reason."""
+
+    def __init__(self, file: str, errno_: int | None, reason: str):
+        super().__init__(f"{file}: {reason}")
+        self.file, self.errno, self.reason = file, errno_, reason
+
+
 def copy_submission(submission: Path, workdir: Path) -> None:
-    shutil.copytree(submission, workdir, symlinks=True, copy_function=_copy_regular,
-                    ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    try:
+        shutil.copytree(submission, workdir, symlinks=True, copy_function=_copy_regular,
+                        ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    except shutil.Error as exc:     # copytree copies what it can, then lists what it could not: the first says why
+        file, _, why = exc.args[0][0]
+        found = re.search(r"\[Errno (\d+)\] ([^:]*)", why)
+        raise NotCopied(_named(file, submission), int(found.group(1)) if found else None,
+                        found.group(2) if found else why) from None
+    except OSError as exc:          # the submission's folder itself could not be listed
+        raise NotCopied(_named(exc.filename or submission, submission), exc.errno, exc.strerror or str(exc)) from None
+
+
+def _named(path, submission: Path) -> str:
+    try:
+        return str(Path(path).relative_to(submission)) if Path(path) != submission else "."
+    except ValueError:
+        return str(path)
 
 
 def _copy_regular(src: str, dst: str) -> None:

@@ -69,6 +69,7 @@ from retrylab import cgroups, containment_cache, i18n, procfs, runcopy, runfs, t
 from retrylab.containment import Containment, TransientProblem, detect
 from retrylab.mountplan import ENGINE_IMPORTS, SITE_DIR, exposures, mount_plan, needed_paths
 from retrylab.supervisor import KILL_BUDGET, STOP, STOP_NOW, kill
+from retrylab.verdict import CheckFailed
 
 __all__ = ["CappedBuffer", "Limits", "Sandbox", "SandboxError", "ScriptResult", "containment",
            "isolation_problem", "prepare", "sweep"]
@@ -353,7 +354,10 @@ class Sandbox:
             self.logs = self.root / "log"  # the harness's: the learner may write its files, not replace them
             self.socket_dir = self.root / "sock"  # the harness's unix sockets for the learner (e.g. its broker)
             # symlinks stay links: a link to a harness file must not be copied in as the file itself
-            runcopy.copy_submission(self.submission, self.workdir)
+            try:
+                runcopy.copy_submission(self.submission, self.workdir)
+            except runcopy.NotCopied as exc:
+                raise self._not_copied(exc) from None
             for folder, mode in ((self.home, 0o700), (self.tmp, 0o700), (self.logs, 0o755), (self.socket_dir, 0o755)):
                 folder.mkdir(mode=mode)
                 os.chmod(folder, mode)  # whatever the umask
@@ -365,6 +369,17 @@ class Sandbox:
             tempdirs.remove_tree(self.root)
             raise
         return self
+
+    def _not_copied(self, exc: runcopy.NotCopied) -> Exception:
+        """What the learner is told when their submission could not be copied for the run: too large for the run's
+        folder, or a file the harness may not read, is theirs to fix (a failed step that says so); anything else is
+        the harness's or the machine's."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) and self.disk_bounded:
+            return CheckFailed(i18n.label("run.too_large", size=_size(self.limits.disk_bytes),
+                                          count=self.limits.disk_files, file=exc.file))
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return CheckFailed(i18n.label("run.unreadable", file=exc.file, reason=exc.reason))
+        return SandboxError(f"could not copy the submission for the run: {exc}", exc.errno)
 
     def __exit__(self, *exc) -> None:
         tempdirs.remove_tree(self.root)

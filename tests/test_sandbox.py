@@ -1,6 +1,7 @@
 """Learner scripts run contained: time limit, bounded output, allowlisted environment, a copy."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from retrylab import runfs, sandbox, tempdirs
+from retrylab import runcopy, runfs, sandbox, tempdirs
 from retrylab.sandbox import CappedBuffer, Limits, Sandbox
+from retrylab.verdict import CheckFailed
 
 
 def _digest(folder: Path) -> str:
@@ -347,3 +349,37 @@ def test_where_the_harness_may_not_mount_the_run_folder_stays_where_it_was(tmp_p
         root = box.root
     assert result.returncode == 0, result.stderr
     assert not root.exists()
+
+
+@pytest.mark.skipif(not runfs.available(), reason="a run's folder is bounded only where the harness may mount")
+def test_a_submission_too_large_for_the_runs_copy_is_the_learners_to_fix(tmp_path):
+    folder = _submission(tmp_path, worker="print('hi')\n")
+    with open(folder / "dump.bin", "wb") as f:
+        f.truncate(Limits().disk_bytes + (64 << 20))       # sparse here, written whole into the copy
+    with pytest.raises(CheckFailed) as failed:
+        Sandbox(folder).__enter__()
+    assert "does not fit" in failed.value.message and "dump.bin" in failed.value.message
+    assert "512 MiB" in failed.value.message
+
+
+@pytest.mark.parametrize("error, verdict", [(errno.EACCES, CheckFailed), (errno.EIO, sandbox.SandboxError)])
+def test_a_file_the_harness_may_not_read_is_named_and_other_copy_errors_are_the_harnesss(tmp_path, monkeypatch,
+                                                                                       error, verdict):
+    # as root the harness reads every file; a grader without that right met a learner's mode-000 file as a
+    # "harness defect" on every step
+    folder = _submission(tmp_path, worker="print('hi')\n")
+    (folder / "schedule.txt").write_text("1\n")
+    copy = runcopy._copy_regular
+
+    def refuse(src, dst):
+        if src.endswith("schedule.txt"):
+            raise OSError(error, os.strerror(error), src)
+        copy(src, dst)
+
+    monkeypatch.setattr(runcopy, "_copy_regular", refuse)
+    with pytest.raises(verdict) as raised:
+        Sandbox(folder).__enter__()
+    if verdict is CheckFailed:
+        assert "cannot read schedule.txt" in raised.value.message and "Permission denied" in raised.value.message
+    else:
+        assert "schedule.txt" in str(raised.value) and raised.value.errno == errno.EIO
