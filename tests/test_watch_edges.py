@@ -11,7 +11,7 @@ import pytest
 
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n
-from retrylab.commands import watch
+from retrylab.commands import UsageError, watch
 from retrylab.commands.watch import Watcher, wrap
 from retrylab.results import StepResult
 
@@ -82,3 +82,11 @@ def test_watch_ignores_seds_temporary_and_lists_every_failing_step(submission): 
         assert watch_process.interrupt() == 0
     finally:
         watch_process.kill()
+
+
+def test_a_folder_removed_while_watched_ends_the_watch_in_one_line(tmp_path):
+    gone = tmp_path / "mine"
+    args = argparse.Namespace(directory=gone, backend="fake", clear="never", exercise=EXERCISE.id)
+    watcher = Watcher(args, EXERCISE, "en", out=open(os.devnull, "w"))
+    with pytest.raises(UsageError, match="mine is no longer a directory"):
+        watcher.regrade(["worker.py"])

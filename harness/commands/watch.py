@@ -85,6 +85,9 @@ class Watcher:
         if not numbers:
             return
         from retrylab.grading import grade  # imports pytest: keep --help fast
+        if not self.args.directory.is_dir():
+            # removed or renamed while watched: every step a "harness defect" from then on, the summary stale
+            raise UsageError(f"{self.args.directory} is no longer a directory: nothing left to watch")
         self.draw(checking=numbers, advanced=full)
         report = grade(self.args.directory, backend=self.args.backend, steps=() if full else tuple(numbers),
                        exercise_id=self.exercise.id, lang=self.lang)
