@@ -275,3 +275,17 @@ def test_what_the_output_encoding_cannot_take_is_escaped_not_a_traceback():
     done = subprocess.run([sys.executable, "-m", "retrylab", "explain", "3", "--lang", "zh"], capture_output=True,
                           text=True, timeout=60, env=env)
     assert done.returncode == 0 and "\\u" in done.stdout and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args", [["check", ""], ["verify", "--step", "1", ""], ["watch", ""],
+                                  ["check", str(REFERENCE), "--output", ""]], ids=["check", "verify", "watch", "output"])
+def test_an_empty_path_is_refused_not_taken_for_the_current_folder(args):
+    # `retrylab check "$SUBMISSION"` with the variable unset graded the folder the CI job ran in
+    done = retrylab(*args)
+    assert done.returncode == 2 and "an empty path" in done.stderr, done.stderr
+
+
+def test_a_report_path_under_a_file_says_so(tmp_path):
+    (tmp_path / "afile").write_text("")
+    done = retrylab("check", str(REFERENCE), "--output", str(tmp_path / "afile" / "report.json"))
+    assert done.returncode == 2 and "afile is a file, not a directory" in done.stderr, done.stderr

@@ -5,9 +5,11 @@ reason outside the learner's submission: bad arguments, a backend that is not av
 """
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import sys
+from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab import options
@@ -34,6 +36,14 @@ def write_stdout(text: str, out=None) -> None:
         out.flush()
     except OSError as exc:
         raise OutputError(f"could not write on standard output: {exc.strerror or exc}") from None
+
+
+def given_path(text: str) -> Path:
+    """A path argument (argparse type). An empty one is refused: Path("") is the current folder, so
+    `retrylab check "$SUBMISSION"` with the variable unset graded whatever folder the job ran in."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (an unset variable?): name the folder or file")
+    return Path(text)
 
 
 def check_seconds(flag: str, value: float | None) -> None:

@@ -7,18 +7,18 @@ from pathlib import Path
 from retrylab import i18n, options
 from retrylab.entry import say
 from retrylab.commands import (UsageError, add_options, broker_settings, chosen_exercise, probe_backend,
-                               check_seconds, start_early, write_stdout)
+                               check_seconds, given_path, start_early, write_stdout)
 from retrylab.reporters import FORMATS, github
 from retrylab.reporters.bounds import neutral
 
 
 def register(subparsers) -> None:
     check = subparsers.add_parser("check", help="grade a submission directory hermetically")
-    check.add_argument("directory", type=Path, help="the learner's submission directory")
+    check.add_argument("directory", type=given_path, help="the learner's submission directory")
     add_options(check, options.EXERCISE, options.backend_option(), *options.broker_options(), options.STEP,
                 options.STEP_TIMEOUT, options.ISOLATION)
     check.add_argument("--format", default="text", choices=sorted(FORMATS))
-    check.add_argument("--output", type=Path, metavar="PATH", help="write the report here instead of stdout")
+    check.add_argument("--output", type=given_path, metavar="PATH", help="write the report here instead of stdout")
     check.add_argument("--exit-zero", action="store_true",
                        help="exit 0 whatever the grading found (failed steps, a harness error while grading);"
                             " bad arguments still exit 2 and an interruption 130")
@@ -58,6 +58,8 @@ def check_output_path(path: Path, option: str) -> None:
     after it (CI reads a traceback's exit status 1 as "a lab step failed")."""
     if path.is_dir():
         raise UsageError(f"{option} {path} is a directory: name a file")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"{option} {path}: {path.parent} is a file, not a directory")
     if not path.parent.is_dir():
         raise UsageError(f"{option} {path}: the directory {path.parent} does not exist")
 

@@ -8,10 +8,9 @@ It speaks the learner's language: `--lang`, else the locale, as `retrylab check`
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from retrylab import i18n, options
-from retrylab.commands import UsageError, add_options, chosen_exercise, write_stdout
+from retrylab.commands import UsageError, add_options, chosen_exercise, given_path, write_stdout
 from retrylab.verify import CannotCheck, render, verify
 
 
@@ -20,7 +19,7 @@ def register(subparsers) -> None:
         "verify", help="say whether one step is done in a live lab environment (read-only)",
         description="Inspect the learner's files and own broker as they stand, read-only, and say whether"
                     " step N is done. Exit status: 0 done, 1 not yet, 2 cannot check.")
-    parser.add_argument("directory", type=Path, help="the learner's directory, e.g. /root/qr")
+    parser.add_argument("directory", type=given_path, help="the learner's directory, e.g. /root/qr")
     options.STEP.add_to(parser, action="store", default=None, required=True, help="the lab step to verify")
     for broker in live_brokers():   # no default here: the exercise's broker gives it (live_url)
         broker.live_option.add_to(parser, default=None,

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from retrylab import exercise as exercises
 from retrylab import bidi, i18n, options, procfs
-from retrylab.commands import UsageError, add_options, chosen_exercise, probe_backend, write_stdout
+from retrylab.commands import (UsageError, add_options, chosen_exercise, given_path, probe_backend,
+                               write_stdout)
 from retrylab.commands.explain import step_files
 from retrylab.reporters.bounds import neutral
 
@@ -40,7 +41,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "watch", help="grade a submission again each time a file in it changes",
         description="Grade DIR, then re-grade it whenever a file in it changes (Ctrl-C to stop).")
-    parser.add_argument("directory", type=Path, help="the learner's submission directory")
+    parser.add_argument("directory", type=given_path, help="the learner's submission directory")
     add_options(parser, options.EXERCISE, options.backend_option())
     parser.add_argument("--debounce", type=int, default=300, metavar="MS",
                         help="quiet time after a change before grading, in milliseconds (default: 300)")
