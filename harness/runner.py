@@ -26,6 +26,7 @@ from retrylab.calllog import Call, RecordLimit
 from retrylab.limits import RUN_MARGIN, StepClock
 from retrylab.sandbox import Limits, Sandbox, ScriptResult
 from retrylab.settle import Reason, Stop, StopCondition, never
+from retrylab.verdict import CheckFailed
 
 
 def load_application(application: str) -> Application:
@@ -200,7 +201,10 @@ class LearnerRunner:
         is the run's virtual clock (by default a new one, days ahead of real
         time: take it from the caller when it compares a learner's timestamps with the run's time; RunClock.real()
         for a run on real time)."""
-        if not (self.submission / script).is_file():
+        path = self.submission / script
+        if not path.is_file():
+            if path.exists() or path.is_symlink():  # there, but nothing Python could run: not "missing"
+                raise CheckFailed(i18n.label("run.not_a_file", script=script))
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended
         if app is None and self.application:

@@ -383,3 +383,16 @@ def test_a_file_the_harness_may_not_read_is_named_and_other_copy_errors_are_the_
         assert "cannot read schedule.txt" in raised.value.message and "Permission denied" in raised.value.message
     else:
         assert "schedule.txt" in str(raised.value) and raised.value.errno == errno.EIO
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe", "broken link"])
+def test_a_script_that_is_there_but_not_a_file_is_named_as_such_not_missing(tmp_path, kind):
+    from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
+    from retrylab.grading import grade
+    mine = tmp_path / "mine"
+    shutil.copytree(REFERENCE, mine)
+    (mine / "worker.py").unlink()
+    {"folder": lambda p: p.mkdir(), "pipe": os.mkfifo,
+     "broken link": lambda p: p.symlink_to(tmp_path / "nowhere.py")}[kind](mine / "worker.py")
+    step1 = next(r for r in grade(mine, steps=(1,)).results if r.number == 1)
+    assert step1.status == "fail" and "worker.py in your submission is not a regular file" in step1.message, step1
