@@ -6,6 +6,7 @@ Kept light: the engine imports this package to list brokers; the backends are im
 from __future__ import annotations
 
 from retrylab.brokers import Broker
+from retrylab.brokers.urls import refuse_empty
 from retrylab.options import Option
 
 BACKENDS = ("nats-server",)
@@ -18,7 +19,9 @@ def make_backend(name: str):
 
 
 # `retrylab verify` only: the learner's own server, read from and never written to (live.py)
-NATS_URL = Option(("--nats-url",), dest="nats_url", settings={"metavar": "URL", "default": None},
+# The default stays None, not a URL: not given is then told from '' given (refused), as for --redis-url
+NATS_URL = Option(("--nats-url",), dest="nats_url",
+                  settings={"metavar": "URL", "default": None, "type": refuse_empty("--nats-url", "nats://host:port")},
                   help="the learner's own NATS server, nats://host:port (read-only: retrylab verify)")
 
 BROKER = Broker(

@@ -8,23 +8,13 @@ never touch the server, and keeps one connection (on an event loop of its own) u
 from __future__ import annotations
 
 import asyncio
-import urllib.parse
 
+from retrylab.brokers import urls
 from retrylab.brokers.nats import catalog
 from retrylab.verify import CannotCheck
 
 CONNECT_TIMEOUT = 3
 REQUEST_TIMEOUT = 5.0
-
-
-def shown_url(url: str) -> str:
-    """The URL without its credentials, for messages."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class LiveNats:
@@ -33,7 +23,7 @@ class LiveNats:
 
     def __init__(self, url: str):
         self.url = url
-        self.shown = shown_url(url)
+        self.shown = urls.shown_url(url)
         self.used = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client = None
@@ -78,10 +68,19 @@ class LiveNats:
             reason = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise CannotCheck(catalog.text("verify.unreadable", None, url=self.shown, reason=reason)) from None
 
+    def _check_url(self) -> None:
+        """Refuse what nats-py would misread (a password with a '#') or raise on (a port 'x'). nats-py adds nats://
+        to a URL without a scheme, so it is checked as that one."""
+        try:
+            urls.split(self.url if "://" in self.url else f"nats://{self.url}")
+        except urls.BadUrl as exc:
+            raise CannotCheck(catalog.text("verify.bad_url", None, url=self.shown, error=exc)) from None
+
     def _connect(self):
         import nats
 
         if self._client is None:
+            self._check_url()
             self._loop = self._loop or asyncio.new_event_loop()
 
             async def quiet(_error):    # nats-py's default logs every connection error

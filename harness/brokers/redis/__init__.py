@@ -6,6 +6,7 @@ redis-py) are imported when a backend is made."""
 from __future__ import annotations
 
 from retrylab.brokers import Broker
+from retrylab.brokers.urls import refuse_empty
 from retrylab.options import Option
 
 BACKENDS = ("fake", "redis-server", "url", "container")
@@ -17,7 +18,11 @@ def make_backend(name: str, *, redis_url: str | None = None):
     return make_backend(name, redis_url=redis_url)
 
 
-REDIS_URL = Option(("--redis-url",), dest="redis_url", settings={"metavar": "URL", "default": None},
+# The default stays None, not a URL: not given is then told from '' given (refused), and `retrylab verify` puts
+# its own default server in only for the former
+REDIS_URL = Option(("--redis-url",), dest="redis_url",
+                   settings={"metavar": "URL", "default": None,
+                             "type": refuse_empty("--redis-url", "redis://host:port[/db]")},
                    help="with --backend url: an existing server, redis://host:port[/db]; retrylab works in an"
                         " empty database (db 1-15 unless named) and leaves others alone")
 

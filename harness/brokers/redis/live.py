@@ -6,11 +6,11 @@ as a Redis user that may only read.
 """
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 
 import redis
 
+from retrylab.brokers import urls
 from retrylab.brokers.redis import catalog
 from retrylab.verify import CannotCheck
 
@@ -25,31 +25,22 @@ class ListState:
     items: tuple[bytes, ...]     # the first LIST_READ entries
 
 
-def shown_url(url: str) -> str:
-    """The URL without its credentials, for messages."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 class LiveRedis:
     """The learner's own Redis. Read-only by construction: `list_state` is the only operation, and
     it sends TYPE, LLEN and LRANGE. Connects on first use, so file-only steps never touch Redis."""
 
     def __init__(self, url: str):
         self.url = url
-        self.shown = shown_url(url)
+        self.shown = urls.shown_url(url)
         self.used = False
         self._client: redis.Redis | None = None
 
     def _connect(self) -> redis.Redis:
         if self._client is None:
             try:
+                urls.split(self.url)    # what redis-py would misread (a password with a '#') or raise on (a port 'x')
                 self._client = redis.Redis.from_url(self.url, socket_connect_timeout=3, socket_timeout=5)
-            except ValueError as exc:
+            except ValueError as exc:   # urls.BadUrl, or redis-py's: a scheme it does not know
                 raise CannotCheck(catalog.text("verify.bad_url", None, url=self.shown, error=exc)) from None
         return self._client
 

@@ -7,7 +7,7 @@ import urllib.parse
 
 import redis
 
-from retrylab.brokers import BackendUnavailable
+from retrylab.brokers import BackendUnavailable, urls
 from retrylab.brokers.redis.backend import Backend
 from retrylab.brokers.redis.endpoint import Endpoint
 
@@ -20,6 +20,27 @@ _NO_SUCH_DB = "db {db} does not exist on this server"
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text[:200]
+
+
+def _split(redis_url: str) -> urllib.parse.SplitResult:
+    """--redis-url split, its port readable; BackendUnavailable (one line, no password) for one not to be used."""
+    try:
+        parts = urls.split(redis_url)
+    except urls.BadUrl as exc:
+        raise BackendUnavailable(f"--redis-url {urls.shown_url(redis_url)!r}: {exc}") from None
+    if parts.scheme != "redis":
+        raise BackendUnavailable(
+            f"--redis-url {urls.shown_url(redis_url)!r}: only redis://host:port[/db] URLs can be used"
+            " (learners' connections are relayed over plain TCP; no TLS, no unix sockets)")
+    return parts
+
+
+def _database_index(parts: urllib.parse.SplitResult, shown: str) -> int | None:
+    """The database the URL (`shown`: without credentials) names, its path, else ?db=; None for none."""
+    db = parts.path.strip("/") or urllib.parse.parse_qs(parts.query).get("db", [""])[0]
+    if db and not (db.isascii() and db.isdigit()):    # '²' is a digit to str.isdigit, not to int()
+        raise BackendUnavailable(f"--redis-url {shown!r}: the database index {db!r} is not a number")
+    return int(db) if db else None
 
 
 class UrlBackend(Backend):
@@ -37,23 +58,12 @@ class UrlBackend(Backend):
     SCAN = range(1, 16)
 
     def __init__(self, redis_url: str):
-        parts = urllib.parse.urlsplit(redis_url)
-        if parts.scheme != "redis":
-            raise BackendUnavailable(
-                f"--redis-url {redis_url!r}: only redis://host:port[/db] URLs can be used"
-                " (learners' connections are relayed over plain TCP; no TLS, no unix sockets)")
-        try:
-            port = parts.port or 6379
-        except ValueError:
-            raise BackendUnavailable(f"--redis-url {redis_url!r}: the port is not a number") from None
+        parts = _split(redis_url)
         self._host = parts.hostname or "localhost"
-        self._port = port
+        self._port = parts.port or 6379
         self._username = urllib.parse.unquote(parts.username) if parts.username else None
         self._password = urllib.parse.unquote(parts.password) if parts.password else None
-        db = parts.path.strip("/") or urllib.parse.parse_qs(parts.query).get("db", [""])[0]
-        if db and not db.isdigit():
-            raise BackendUnavailable(f"--redis-url {redis_url!r}: the database index {db!r} is not a number")
-        self._db = int(db) if db else None
+        self._db = _database_index(parts, urls.shown_url(redis_url))
         self.where = f"redis://{self._host}:{self._port}"   # never the credentials
         self._token = secrets.token_hex(16)
         self._endpoint: Endpoint | None = None
