@@ -21,7 +21,13 @@ gradebook has, per submission, `feedback`: each step that did not pass (its colu
 message; the CSV has a `feedback` column with the first line of each such message, cut to fit.
 
 Gradebooks and the journal are written with the user's umask (a gradebook is shared with
-colleagues and tools as any file the user writes would be).
+colleagues and tools as any file the user writes would be). Whether both can be written is checked
+before any grading (`check_writable`), not found out after the first one.
+
+A submission's id is its folder's name as UTF-8 text; the bytes of a name that is not UTF-8 are written
+`\\xNN` (a folder `bad<0xff>name` is `bad\\xffname`), in the gradebooks, the journal and the shard hash
+alike, so a re-run knows it by the same id. Text from a grading (a message quoting such a path) is
+written the same way: no gradebook or journal holds anything but UTF-8.
 """
 from __future__ import annotations
 
@@ -65,11 +71,15 @@ MESSAGE_LIMIT = 20000   # of one step's message in the JSON gradebook (a message
 _UNSEEN = {"__pycache__", ".git"}
 # Folders that hold tools' or editors' files, never a submission (hidden ones are skipped too).
 _NOT_SUBMISSIONS = {"__pycache__", "node_modules", "venv", "env", "__MACOSX", "site-packages"}
+# How JSON and CSV text is encoded: a lone surrogate left in it (a grading's report quotes the submission's path,
+# which may not be UTF-8) becomes `\udcNN`, which in JSON is the escape of that same character and reads back as
+# it, rather than a UnicodeEncodeError that loses the report or stops the batch.
+UNENCODABLE = "backslashreplace"
 
 
 @dataclass(frozen=True)
 class Submission:
-    id: str          # the subdirectory's name
+    id: str          # the subdirectory's name, readable(): what is not UTF-8 in it written as \xNN
     path: Path
 
 
@@ -109,8 +119,9 @@ class BatchConfig:
 
 def discover(folder: Path) -> list[Submission]:
     """Every subdirectory of `folder` is a submission, sorted by name; hidden ones (`.git`, `.venv`)
-    and tools' folders (`__pycache__`, `node_modules`, ...) excepted."""
-    return [Submission(p.name, p) for p in sorted(Path(folder).iterdir(), key=lambda p: p.name)
+    and tools' folders (`__pycache__`, `node_modules`, ...) excepted. The id is the name made readable():
+    the same folder always has the same id, which the journal and the shards key on."""
+    return [Submission(readable(p.name), p) for p in sorted(Path(folder).iterdir(), key=lambda p: p.name)
             if p.is_dir() and not p.name.startswith(".") and p.name not in _NOT_SUBMISSIONS]
 
 
@@ -171,6 +182,21 @@ def _files(folder: Path):
                 yield Path(root, name)
 
 
+def readable(text: str) -> str:
+    """`text` as UTF-8 can hold it: the bytes of a file name that are not UTF-8 (which Python keeps as lone
+    surrogates) written `\\xNN`, any other lone surrogate `\\udNNN`; any other text unchanged."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte (e.g. from a JSON escape)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def os_reason(exc: OSError) -> str:
+    """Why the system refused, to end a one-line message: `permission denied`."""
+    reason = exc.strerror or str(exc)
+    return reason[:1].lower() + reason[1:]
+
+
 # -- the gradebook ----------------------------------------------------------------------------------
 
 def step_column(step: exercises.Step) -> str:
@@ -228,10 +254,11 @@ def _blank_row(submission: Submission, seconds: float, config: BatchConfig) -> d
 
 
 def _one_line(text: str, limit: int = REASON_LIMIT) -> str:
-    return " ".join(str(text).split())[:limit]
+    return " ".join(readable(str(text)).split())[:limit]
 
 
 def _bounded(text: str, limit: int) -> str:
+    text = readable(text)   # a message may quote a path that is not UTF-8
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
@@ -273,7 +300,7 @@ def _write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())   # mkstemp's 0600 is for the temporary name, not for the file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors=UNENCODABLE, newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -282,6 +309,39 @@ def _write_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_writable(out: Path) -> None:
+    """The gradebook can be written (a temporary file in its folder, renamed over it) and its journal read and
+    appended to: said before any grading, not as a traceback after the first one. ValueError: one line, why not."""
+    out = Path(out)
+    try:
+        _create_and_remove_a_file_in(out.parent, prefix=f".{out.name}.")
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot create files in {out.parent}: {os_reason(exc)}") from None
+    journal = state_path(out)
+    try:
+        _open_journal_once(journal)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot read and append to its journal {journal}: {os_reason(exc)}") from None
+
+
+def _create_and_remove_a_file_in(folder: Path, prefix: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=folder)
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def _open_journal_once(journal: Path) -> None:
+    """Open the journal as BatchState and record() will; one this creates is removed again, so that a batch
+    refused later (say, for its backend) leaves nothing behind."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+    try:
+        os.close(os.open(journal, flags | os.O_EXCL, 0o666))
+    except FileExistsError:
+        os.close(os.open(journal, flags, 0o666))
+    else:
+        os.unlink(journal)
 
 
 # -- resume state -----------------------------------------------------------------------------------
@@ -299,23 +359,24 @@ class BatchState:
         for line in lines:
             try:
                 record = json.loads(line)
+            except ValueError:
+                continue  # a torn line from an interrupted write
+            if _well_formed(record):  # else a foreign or corrupt line: its submission is graded again
                 self.records[record["id"]] = record
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn line from an interrupted write, or a foreign one
 
     def reusable(self, submission: Submission, digest: str, config: BatchConfig) -> dict | None:
         record = self.records.get(submission.id)
         if digest.startswith("unreadable"):
             return None
         if (record and record.get("hash") == digest and record.get("config") == config.fingerprint()
-                and record.get("row", {}).get("status") in ("pass", "fail")):
+                and record["row"].get("status") in ("pass", "fail")):
             return record["row"]
         return None
 
     def record(self, submission: Submission, digest: str, config: BatchConfig, row: dict) -> None:
         record = {"id": submission.id, "hash": digest, "config": config.fingerprint(), "row": row}
         self.records[submission.id] = record
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", UNENCODABLE)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)   # less the umask
         try:
             os.write(fd, line)  # one write of one line: a crash leaves whole lines and maybe one torn one
@@ -326,6 +387,11 @@ class BatchState:
     def compact(self, keep: Iterable[str]) -> None:
         kept = [self.records[i] for i in sorted(set(keep)) if i in self.records]
         _write_atomically(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+
+
+def _well_formed(record) -> bool:
+    """A record as record() writes it, as far as reading it back depends on."""
+    return isinstance(record, dict) and isinstance(record.get("id"), str) and isinstance(record.get("row"), dict)
 
 
 # -- grading one submission in its own process ------------------------------------------------------

@@ -1,11 +1,13 @@
 """`retrylab grade-batch DIR`: grade every submission in DIR into a gradebook (CSV or JSON)."""
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections import Counter
 from pathlib import Path
 
 from retrylab import i18n, options
-from retrylab.commands import UsageError, add_options, chosen_exercise, probe_backend
+from retrylab.commands import UsageError, add_options, check_seconds, chosen_exercise, given_path, probe_backend
 from retrylab.commands.check import check_output_path, require_isolation
 
 FORMATS = (".csv", ".json")
@@ -19,8 +21,9 @@ def register(subparsers) -> None:
                     "private server (backends that name a shared server are not offered). Re-running skips submissions that are unchanged since they were graded "
                     "(a state file sits next to the gradebook), so an interrupted batch resumes. Exit status: "
                     "0 the batch completed (whatever the grades), 2 bad arguments, 130 interrupted.")
-    batch.add_argument("directory", type=Path, metavar="DIR", help="a directory with one subdirectory per submission")
-    batch.add_argument("--out", type=Path, default=Path("gradebook.csv"), metavar="PATH",
+    batch.add_argument("directory", type=given_path, metavar="DIR",
+                       help="a directory with one subdirectory per submission")
+    batch.add_argument("--out", type=given_path, default=Path("gradebook.csv"), metavar="PATH",
                        help="the gradebook: .csv or .json (default: gradebook.csv)")
     batch.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                        help="grade N submissions at a time, each in its own process (default: 1)")
@@ -37,33 +40,71 @@ def register(subparsers) -> None:
 
 def validate(args):
     from retrylab import batch
-    if not args.directory.is_dir():
-        raise UsageError(f"{args.directory} is not a directory")
-    if args.out.suffix.lower() not in FORMATS:
-        raise UsageError(f"--out {args.out}: the gradebook is written as .csv or .json")
-    check_output_path(args.out, "--out")   # a missing directory is refused, never created
+    with _reading(args.directory):
+        if not args.directory.is_dir():
+            raise UsageError(f"{args.directory} is not a directory")
+    _check_gradebook_path(args.out)
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    for name in ("timeout", "step_timeout"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise UsageError(f"--{name.replace('_', '-')} {value:g}: give a positive number of seconds")
+    check_seconds("--timeout", args.timeout)
+    check_seconds("--step-timeout", args.step_timeout)
     try:
         shard = batch.parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     exercise = chosen_exercise(args)
-    own_files = batch.submission_files_in(args.directory, exercise)
-    if own_files:
-        raise UsageError(f"{args.directory} looks like one submission (it holds {', '.join(own_files)}): grade it"
-                         f" with `retrylab check {args.directory}`, or give grade-batch the directory that holds"
-                         " one subdirectory per submission")
-    if not batch.discover(args.directory):
-        raise UsageError(f"no submission in {args.directory}: grade-batch grades each of its subdirectories"
-                         " (hidden and tool folders such as __pycache__ are skipped)")
+    _check_submissions(args.directory, exercise)
     probe_backend(args, exercise, private=True)  # one line, exit 2, before anything is graded
     require_isolation(args.isolation, exercise)
+    _check_gradebook_writable(args.out)   # last: it creates (and removes) files, which bad arguments should not
     return shard
+
+
+@contextlib.contextmanager
+def _reading(directory: Path):
+    """The system refusing to show what is in `directory` (its mode, say) is one line, not a traceback."""
+    from retrylab import batch
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"cannot read {directory}: {batch.os_reason(exc)}") from None
+
+
+def _check_gradebook_path(out: Path) -> None:
+    from retrylab import batch
+    if out.suffix.lower() not in FORMATS:
+        raise UsageError(f"--out {out}: the gradebook is written as .csv or .json")
+    try:
+        check_output_path(out, "--out")   # a missing directory is refused, never created
+    except OSError as exc:  # a folder on the way that this user may not look into
+        raise UsageError(f"--out {out}: {batch.os_reason(exc)}") from None
+
+
+def _check_gradebook_writable(out: Path) -> None:
+    """The gradebook and its journal can be written: said now, not as a traceback after the first grading."""
+    from retrylab import batch
+    try:
+        batch.check_writable(out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_submissions(directory: Path, exercise) -> None:
+    """`directory` holds submissions, each with an id of its own in the gradebook."""
+    from retrylab import batch
+    with _reading(directory):
+        own_files = batch.submission_files_in(directory, exercise)
+        submissions = batch.discover(directory)
+    if own_files:
+        raise UsageError(f"{directory} looks like one submission (it holds {', '.join(own_files)}): grade it"
+                         f" with `retrylab check {directory}`, or give grade-batch the directory that holds"
+                         " one subdirectory per submission")
+    if not submissions:
+        raise UsageError(f"no submission in {directory}: grade-batch grades each of its subdirectories"
+                         " (hidden and tool folders such as __pycache__ are skipped)")
+    shared = sorted(name for name, count in Counter(s.id for s in submissions).items() if count > 1)
+    if shared:  # a name that is not UTF-8 is written with \xNN escapes, which another name may spell out
+        raise UsageError(f"two folders in {directory} would both be {shared[0]} in the gradebook: rename one")
 
 
 def run(args) -> int:

@@ -1,0 +1,185 @@
+"""grade-batch where the file system says no: a gradebook folder or journal that cannot be written, a batch folder
+that cannot be read, a submission folder whose name is not UTF-8, a corrupt journal. Each is one line and exit
+status 2 before any grading (a traceback's exit status 1 reads as a verdict in CI), or graded as any other."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrylab import batch
+
+REFERENCE = Path(__file__).resolve().parents[1] / "solution" / "backoff-dlq"
+# root's capabilities that bypass file modes: without them root is refused as any other grader would be
+NO_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                   "--inh-caps=-dac_override,-dac_read_search"]
+BAD_NAME = b"bad\xffname"   # not UTF-8: Python sees it as 'bad\udcffname'
+
+
+def as_grader() -> list[str]:
+    """The prefix that runs a command as a grader without root's file-mode overrides."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to run without root's file-mode overrides")
+    return NO_DAC_OVERRIDE
+
+
+def grade_batch(*args, prefix: list[str] = (), timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, sys.executable, "-m", "retrylab", "grade-batch", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def refused(done: subprocess.CompletedProcess, reason: str) -> bool:
+    """Exit status 2 with one line saying `reason`, no traceback."""
+    lines = done.stderr.strip().splitlines()
+    return done.returncode == 2 and len(lines) == 1 and reason in lines[0] and "Traceback" not in done.stderr
+
+
+def a_batch(root: Path) -> Path:
+    (root / "subs").mkdir()
+    shutil.copytree(REFERENCE, root / "subs" / "alice")
+    return root / "subs"
+
+
+def graded(done: subprocess.CompletedProcess) -> tuple[int, int, int]:
+    found = re.search(r"(\d+) graded, (\d+) unchanged, (\d+) error", done.stderr)
+    assert found, done.stderr
+    return tuple(int(n) for n in found.groups())
+
+
+def test_an_unwritable_gradebook_folder_is_refused_before_any_grading(tmp_path):
+    prefix = as_grader()
+    subs, readonly = a_batch(tmp_path), tmp_path / "ro"
+    readonly.mkdir(mode=0o555)
+    if subprocess.run([*prefix, "touch", readonly / "probe"], capture_output=True).returncode == 0:
+        pytest.skip("this grader can write in a mode 555 folder")
+    done = grade_batch(subs, "--out", readonly / "g.csv", prefix=prefix)
+    assert refused(done, f"cannot create files in {readonly}: permission denied"), done.stderr
+
+
+def test_a_gradebook_where_no_file_can_be_created_is_refused_before_any_grading(tmp_path):
+    done = grade_batch(a_batch(tmp_path), "--out", "/proc/x.csv")
+    assert refused(done, "cannot create files in /proc"), done.stderr
+
+
+def test_a_directory_in_the_journals_place_is_refused(tmp_path):
+    (tmp_path / "g.csv.state.jsonl").mkdir()
+    done = grade_batch(a_batch(tmp_path), "--out", tmp_path / "g.csv")
+    assert refused(done, "g.csv.state.jsonl: is a directory"), done.stderr
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_checking_the_gradebook_leaves_nothing_behind(tmp_path):
+    batch.check_writable(tmp_path / "g.csv")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "g.csv.state.jsonl").write_text("kept\n")
+    batch.check_writable(tmp_path / "g.csv")
+    assert [p.name for p in tmp_path.iterdir()] == ["g.csv.state.jsonl"]
+    assert (tmp_path / "g.csv.state.jsonl").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o444, 0o111], ids=["no-access", "no-search", "no-listing"])
+def test_an_unreadable_batch_folder_is_one_line(tmp_path, mode):
+    prefix = as_grader()
+    subs = a_batch(tmp_path)
+    subs.chmod(mode)
+    try:
+        done = grade_batch(subs, "--out", tmp_path / "g.csv", prefix=prefix)
+    finally:
+        subs.chmod(0o755)
+    assert refused(done, f"cannot read {subs}: permission denied"), done.stderr
+
+
+def test_a_gradebook_under_a_file_says_it_is_not_a_directory(tmp_path):
+    (tmp_path / "afile").write_text("")
+    done = grade_batch(a_batch(tmp_path), "--out", tmp_path / "afile" / "x.json")
+    assert refused(done, f"{tmp_path / 'afile'} is a file, not a directory"), done.stderr
+
+
+def test_a_gradebook_in_a_folder_this_grader_may_not_look_into_is_one_line(tmp_path):
+    prefix = as_grader()
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o000)
+    try:
+        done = grade_batch(a_batch(tmp_path), "--out", closed / "g.csv", prefix=prefix)
+    finally:
+        closed.chmod(0o755)
+    assert refused(done, f"--out {closed / 'g.csv'}: permission denied"), done.stderr
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--step-timeout", "1e10"], "--step-timeout 1e+10: give a number of seconds above 0 and at most"),
+    (["--timeout", "inf"], "--timeout inf: give a number of seconds above 0 and at most"),
+    (["--out", ""], "an empty path"),
+], ids=["step-timeout-overflows", "timeout-infinite", "empty-out"])
+def test_limits_and_paths_check_wants_are_refused_here_too(tmp_path, args, reason):
+    # the last --out wins: where a limit is not refused, the gradebook stays out of the checkout
+    done = grade_batch(a_batch(tmp_path), "--out", tmp_path / "g.csv", *args)
+    assert done.returncode == 2 and reason in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_empty_batch_folder_argument_is_refused_not_the_current_folder(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "retrylab", "grade-batch", "", "--out", tmp_path / "g.csv"],
+                          capture_output=True, text=True, timeout=60, cwd=a_batch(tmp_path))
+    assert done.returncode == 2 and "an empty path" in done.stderr, done.stderr
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_a_submission_not_named_in_utf8_is_graded_and_resumed(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copytree(REFERENCE, os.fsdecode(os.fsencode(subs) + b"/" + BAD_NAME))
+    out = tmp_path / "g.csv"
+    first = grade_batch(subs, "--out", out)
+    assert first.returncode == 0 and graded(first) == (1, 0, 0), first.stderr
+    with out.open(newline="", encoding="utf-8") as f:
+        (row,) = csv.DictReader(f)
+    assert row["id"] == r"bad\xffname" and row["status"] == "pass", row
+    again = grade_batch(subs, "--out", out)   # the journal knows it by the same id
+    assert again.returncode == 0 and graded(again) == (0, 1, 0), again.stderr
+
+
+def test_two_folders_with_the_same_id_are_refused(tmp_path):
+    subs = tmp_path / "subs"
+    os.makedirs(os.fsencode(subs) + b"/" + BAD_NAME)
+    (subs / r"bad\xffname").mkdir()   # the other one's id, spelt out
+    done = grade_batch(subs, "--out", tmp_path / "g.csv")
+    assert refused(done, r"bad\xffname"), done.stderr
+
+
+def test_text_that_is_not_utf8_is_written_readable_in_gradebooks_and_journal(tmp_path):
+    config = batch.BatchConfig()
+    sub = batch.Submission("ada", tmp_path)
+    row = batch.error_row(sub, "cannot read bad\udcffname", 0.0, config) | {"feedback": {"step1_worker": "x\udcff"}}
+    assert row["reason"] == r"cannot read bad\xffname"
+    state = batch.BatchState(tmp_path / "g.csv.state.jsonl")
+    state.record(sub, "h", config, row)
+    batch.write_gradebook(tmp_path / "g.csv", [row], config)
+    batch.write_gradebook(tmp_path / "g.json", [row], config)
+    assert r"bad\xffname" in (tmp_path / "g.csv").read_text(encoding="utf-8")
+    assert json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))["submissions"][0]["reason"] == row["reason"]
+    assert batch.BatchState(state.path).records["ada"]["row"]["feedback"] == row["feedback"]
+
+
+@pytest.mark.parametrize("line", [
+    {"id": "ada", "hash": "h", "row": ["pass"]},
+    {"id": "ada", "hash": "h", "row": "pass"},
+    {"id": ["ada"], "hash": "h", "row": {"status": "pass"}},
+    ["ada", "h"],
+], ids=["row-a-list", "row-a-string", "id-a-list", "record-a-list"])
+def test_a_corrupt_journal_line_is_ignored_and_graded_again(tmp_path, line):
+    config = batch.BatchConfig()
+    sub = batch.Submission("ada", tmp_path)
+    path = tmp_path / "g.csv.state.jsonl"
+    if isinstance(line, dict):
+        line = line | {"config": config.fingerprint()}
+    path.write_text(json.dumps(line) + "\n")
+    assert batch.BatchState(path).reusable(sub, "h", config) is None
