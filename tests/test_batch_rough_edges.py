@@ -183,3 +183,13 @@ def test_a_corrupt_journal_line_is_ignored_and_graded_again(tmp_path, line):
         line = line | {"config": config.fingerprint()}
     path.write_text(json.dumps(line) + "\n")
     assert batch.BatchState(path).reusable(sub, "h", config) is None
+
+
+@pytest.mark.parametrize("inside", [".", "reports"])
+def test_a_gradebook_inside_a_submission_is_refused(tmp_path, inside):
+    # every run of alice's scripts got a copy of the class's grades, and her submission changed with each grading
+    subs = a_batch(tmp_path)
+    (subs / "alice" / inside).mkdir(exist_ok=True)
+    out = subs / "alice" / inside / "grades.csv"
+    assert refused(grade_batch(subs, "--out", out), "is inside the submission alice")
+    assert not out.exists()

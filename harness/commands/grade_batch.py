@@ -53,7 +53,7 @@ def validate(args):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     exercise = chosen_exercise(args)
-    _check_submissions(args.directory, exercise)
+    _check_gradebook_outside(args.out, _check_submissions(args.directory, exercise))
     probe_backend(args, exercise, private=True)  # one line, exit 2, before anything is graded
     require_isolation(args.isolation, exercise)
     _check_gradebook_writable(args.out)   # last: it creates (and removes) files, which bad arguments should not
@@ -89,8 +89,8 @@ def _check_gradebook_writable(out: Path) -> None:
         raise UsageError(str(exc)) from None
 
 
-def _check_submissions(directory: Path, exercise) -> None:
-    """`directory` holds submissions, each with an id of its own in the gradebook."""
+def _check_submissions(directory: Path, exercise) -> list:
+    """`directory` holds submissions, each with an id of its own in the gradebook: those submissions."""
     from retrylab import batch
     with _reading(directory):
         own_files = batch.submission_files_in(directory, exercise)
@@ -105,6 +105,17 @@ def _check_submissions(directory: Path, exercise) -> None:
     shared = sorted(name for name, count in Counter(s.id for s in submissions).items() if count > 1)
     if shared:  # a name that is not UTF-8 is written with \xNN escapes, which another name may spell out
         raise UsageError(f"two folders in {directory} would both be {shared[0]} in the gradebook: rename one")
+    return submissions
+
+
+def _check_gradebook_outside(out: Path, submissions: list) -> None:
+    """The gradebook and its journal are in no submission's folder: every run of that learner's code would get a
+    copy of the class's grades, and the submission would change with each grading (never reused on resume)."""
+    where = out.resolve().parent
+    for submission in submissions:
+        if where == submission.path.resolve() or submission.path.resolve() in where.parents:
+            raise UsageError(f"--out {out} is inside the submission {submission.id}: its scripts would get the "
+                             "class's grades; write the gradebook outside every submission's folder")
 
 
 def run(args) -> int:
