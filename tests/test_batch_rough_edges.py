@@ -193,3 +193,18 @@ def test_a_gradebook_inside_a_submission_is_refused(tmp_path, inside):
     out = subs / "alice" / inside / "grades.csv"
     assert refused(grade_batch(subs, "--out", out), "is inside the submission alice")
     assert not out.exists()
+
+
+def test_shards_sharing_a_gradebook_keep_each_others_grades(tmp_path):
+    subs = a_batch(tmp_path)
+    other = next(f"s{n}" for n in range(100) if batch.shard_of(f"s{n}", 2) != batch.shard_of("alice", 2))
+    shutil.copytree(REFERENCE, subs / other)
+    out = tmp_path / "grades.csv"
+    for shard in ("1/2", "2/2"):
+        done = grade_batch(subs, "--out", out, "--shard", shard)
+        assert done.returncode == 0 and graded(done) == (1, 0, 0), done.stderr
+    # the second shard's run dropped the first's journal records: alice or the other was graded again here
+    done = grade_batch(subs, "--out", out)
+    assert done.returncode == 0 and graded(done) == (0, 2, 0), done.stderr
+    with out.open(newline="") as f:
+        assert sorted(row["id"] for row in csv.DictReader(f)) == sorted(["alice", other])

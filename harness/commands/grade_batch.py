@@ -129,7 +129,8 @@ def run(args) -> int:
     config = batch.BatchConfig(backend=args.backend, exercise_id=args.exercise, step_timeout=args.step_timeout,
                                timeout=args.timeout, jobs=args.jobs, lang=lang,
                                warm=not args.cold)
-    submissions = batch.select(batch.discover(args.directory), shard)
+    everyone = batch.discover(args.directory)
+    submissions = batch.select(everyone, shard)
     console = Console(stderr=True)
     errors_column = i18n.label("batch.errors", lang, errors="{task.fields[errors]}")  # rich fills it in
     progress = Progress(TextColumn(i18n.label("batch.progress", lang)), BarColumn(), MofNCompleteColumn(),
@@ -150,7 +151,8 @@ def run(args) -> int:
     previous = signal.signal(signal.SIGTERM, batch.interrupt)
     try:
         with progress:
-            summary = batch.run_batch(submissions, config, args.out, on_start=started, on_done=done)
+            summary = batch.run_batch(submissions, config, args.out, on_start=started, on_done=done,
+                                      known=[s.id for s in everyone])
     finally:
         signal.signal(signal.SIGTERM, previous)
     where = i18n.label("batch.shard", lang, shard=args.shard) if shard else ""
