@@ -138,7 +138,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     try:
         index, count = (int(part) for part in text.split("/"))
     except ValueError:
-        raise ValueError(f"--shard {text}: expected I/N, e.g. 1/4") from None
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 1/4") from None
     if not 1 <= index <= count:
         raise ValueError(f"--shard {text}: I must be between 1 and N")
     return index, count

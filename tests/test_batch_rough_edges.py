@@ -208,3 +208,9 @@ def test_shards_sharing_a_gradebook_keep_each_others_grades(tmp_path):
     assert done.returncode == 0 and graded(done) == (0, 2, 0), done.stderr
     with out.open(newline="") as f:
         assert sorted(row["id"] for row in csv.DictReader(f)) == sorted(["alice", other])
+
+
+def test_an_empty_shard_is_refused_not_taken_for_the_whole_batch(tmp_path):
+    # a CI matrix whose shard variable is unset graded every submission in every job
+    subs = a_batch(tmp_path)
+    assert refused(grade_batch(subs, "--out", tmp_path / "g.csv", "--shard", ""), "expected I/N")

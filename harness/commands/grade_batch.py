@@ -49,7 +49,7 @@ def validate(args):
     check_seconds("--timeout", args.timeout)
     check_seconds("--step-timeout", args.step_timeout)
     try:
-        shard = batch.parse_shard(args.shard) if args.shard else None
+        shard = batch.parse_shard(args.shard) if args.shard is not None else None   # '' is refused, not all
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     exercise = chosen_exercise(args)
