@@ -61,8 +61,8 @@ def _fill_standard_descriptors() -> None:
 
 def _escape_what_cannot_be_encoded() -> None:
     """A character the output's encoding has not (`--lang zh` or a learner's non-ASCII line quoted, under
-    PYTHONIOENCODING=ascii or a legacy locale) is written as an escape (\\u4e00: still valid JSON), not a
-    UnicodeEncodeError traceback and exit 1 after the grading."""
+    PYTHONIOENCODING=ascii or a legacy locale) is written as an escape, not a UnicodeEncodeError traceback and exit 1
+    after the grading. (A machine's report is written in UTF-8 whatever the locale: commands.write_stdout.)"""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

@@ -289,3 +289,15 @@ def test_a_report_path_under_a_file_says_so(tmp_path):
     (tmp_path / "afile").write_text("")
     done = retrylab("check", str(REFERENCE), "--output", str(tmp_path / "afile" / "report.json"))
     assert done.returncode == 2 and "afile is a file, not a directory" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("report_format", ["exercism", "junit"])
+def test_a_machines_report_is_utf8_whatever_the_locale(report_format):
+    # under Latin-1 a learner's "café" (or --lang zh) was written in Latin-1 or escaped: the XML says UTF-8, and
+    # JSON readers read UTF-8
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    done = subprocess.run([sys.executable, "-m", "retrylab", "check", str(REFERENCE), "--step", "3", "--lang", "zh",
+                           "--format", report_format], capture_output=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.decode("utf-8")          # strict: raises on a Latin-1 byte
+    assert "步骤" in text or "退避" in text, text[:500]

@@ -23,15 +23,23 @@ class OutputError(UsageError):
     """Standard output could not take what the command had to say."""
 
 
-def write_stdout(text: str, out=None) -> None:
+def write_stdout(text: str, out=None, *, utf8: bool = False) -> None:
     """Write `text` on standard output (or `out`, a stream standing for it), now (flushed). Standard output that
     cannot take it (a full disk, a closed descriptor, a pipe whose reader left) is one line and exit status 2, as any
     other reason the command could not do its job: it was a traceback and exit status 1, which CI reads as a failed
-    lab step. (What stays buffered is dealt with where the process ends: entry.main.)"""
+    lab step. (What stays buffered is dealt with where the process ends: entry.main.)
+
+    `utf8`: in UTF-8 whatever the locale, for a machine's report (JSON, or XML that says it is UTF-8): under a
+    Latin-1 locale a learner's "café" was the byte 0xE9 in it, and the reader refused the whole report."""
     out = sys.stdout if out is None else out
     try:
         if out is None:     # started with descriptor 1 closed
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        if utf8 and hasattr(out, "buffer"):
+            out.flush()
+            out.buffer.write(text.encode("utf-8", "backslashreplace"))
+            out.buffer.flush()
+            return
         out.write(text)
         out.flush()
     except OSError as exc:

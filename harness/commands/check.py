@@ -64,9 +64,10 @@ def check_output_path(path: Path, option: str) -> None:
         raise UsageError(f"{option} {path}: the directory {path.parent} does not exist")
 
 
-def write_report(rendered: str, output: Path | None) -> None:
+def write_report(rendered: str, output: Path | None, *, machine: bool = False) -> None:
+    """`machine`: a report for a program (exercism, gradescope, junit), in UTF-8 on stdout too."""
     if output is None:
-        write_stdout(rendered)
+        write_stdout(rendered, utf8=machine)
         return
     try:
         output.write_text(rendered, encoding="utf-8")
@@ -100,7 +101,7 @@ def run(args) -> int:
     lost = None
     if args.format != "text" or args.output or not _nothing_graded(report):
         try:
-            write_report(FORMATS[args.format](report), args.output)
+            write_report(FORMATS[args.format](report), args.output, machine=args.format != "text")
         except UsageError as exc:   # the report could not be written: said after what the grading itself says
             lost = exc
     if status in (2, 130):
