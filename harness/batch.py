@@ -272,6 +272,23 @@ def feedback_cell(feedback: dict) -> str:
     return _bounded(" | ".join(parts), FEEDBACK_LIMIT)
 
 
+# What a spreadsheet reads as the start of a formula (=HYPERLINK(...), -2+3, @SUM(...)), or a cell's tab or CR
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value):
+    """A CSV cell: text (a submission's id is its folder's name, which a learner may choose) with control characters
+    shown escaped (an ESC sequence for the grader's terminal; a lone CR, which the csv module leaves unquoted, split
+    the row in two for readers) and, where a spreadsheet would take it for a formula, kept as text by a leading
+    apostrophe. Numbers as they are."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        return value
+    text = neutral(readable(value))
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
     out = Path(out)
     if out.suffix.lower() == ".json":
@@ -283,7 +300,7 @@ def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
         writer = csv.DictWriter(buffer, fieldnames=columns(config.exercise), lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            cells = {k: ("" if v is None else v) for k, v in row.items() if k in writer.fieldnames}
+            cells = {k: _cell(v) for k, v in row.items() if k in writer.fieldnames}
             cells["feedback"] = feedback_cell(row.get("feedback"))
             writer.writerow(cells)
         text = buffer.getvalue()

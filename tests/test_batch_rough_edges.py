@@ -214,3 +214,21 @@ def test_an_empty_shard_is_refused_not_taken_for_the_whole_batch(tmp_path):
     # a CI matrix whose shard variable is unset graded every submission in every job
     subs = a_batch(tmp_path)
     assert refused(grade_batch(subs, "--out", tmp_path / "g.csv", "--shard", ""), "expected I/N")
+
+
+def test_ids_a_spreadsheet_or_a_terminal_would_act_on_are_written_inert(tmp_path):
+    # a folder's name is the learner's to choose (an unzipped archive): a formula ran in the grader's spreadsheet,
+    # an ESC sequence reached the grader's terminal, and a lone CR split the row, crediting the grades to "PASS"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    names = ['=HYPERLINK("evil.example","x")', "-2+3", "a\x1b]0;PWNED\x07b\rPASS"]
+    for name in names:
+        shutil.copytree(REFERENCE, subs / name)
+    out = tmp_path / "grades.csv"
+    done = grade_batch(subs, "--out", out, "--step", "3")
+    assert done.returncode == 0, done.stderr
+    raw = out.read_bytes()
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", raw), raw
+    with out.open(newline="") as f:
+        ids = sorted(row["id"] for row in csv.DictReader(f))
+    assert ids == sorted(["'=HYPERLINK(\"evil.example\",\"x\")", "'-2+3", "a\\x1b]0;PWNED\\x07b\\rPASS"]), ids
