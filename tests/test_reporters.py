@@ -20,6 +20,7 @@ import pytest
 from junitparser import Error, Failure, JUnitXml
 
 from retrylab import exercise as exercises
+from retrylab import i18n
 from retrylab.checks.backoff_dlq.artifacts import parse_capped, parse_jitter, parse_schedule
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
 from retrylab.reporters import FORMATS, bounds, exercism, github, gradescope, junit
@@ -534,3 +535,14 @@ def test_empty_directory_in_a_github_job(tmp_path):
         "worker.py", "requeue.out", "schedule.txt", "jitter.txt", "capped.txt", "replay.py"}
     # failed advanced checks are warnings: they do not change the lab's result
     assert [kind for kind, _, _ in commands[8:]] == ["warning"] * len(EXERCISE.advanced)
+
+
+@pytest.mark.parametrize("lang", ["en", "ru", "zh", "fa"])
+@pytest.mark.parametrize("limit, utf8", [(500, False), (5000, False), (65535, True)])
+def test_a_cut_keeps_the_runs_own_notice_of_what_it_dropped(lang, limit, utf8):
+    # the sandbox keeps 64 KiB of a run's output and says how much it dropped; every reporter then cut the
+    # middle again, notice included, and said "271 characters omitted" of 10 MB
+    dropped = i18n.label("run.not_shown", lang, count=10_000_000)
+    text = "line\n" * 14_000 + dropped + "\n" + "line\n" * 14_000
+    kept = bounds.bounded(text, limit, "output", utf8=utf8, lang=lang)
+    assert dropped in kept and len(kept.encode() if utf8 else kept) <= limit

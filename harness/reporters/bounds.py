@@ -6,6 +6,7 @@ reporter adds in words (the notice of what was left out) is in the report's lang
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from retrylab import bidi, i18n
@@ -79,7 +80,23 @@ def _around_notice(text: str, size: int, room: int, what: str, utf8: bool, lang:
     cut = tail.find("\n", 0, len(tail) // 2)
     tail = tail[cut + 1:] if cut >= 0 else tail
     omitted = len(text) - len(head) - len(tail)
-    return head + _notice(omitted, what, lang) + tail
+    # the run's own notice of what it dropped (megabytes, where this cut leaves hundreds of characters) is kept
+    dropped = _not_shown(lang).findall(text, len(head), len(text) - len(tail))[:_KEPT_NOTICES]
+    return head + _notice(omitted, what, lang) + "".join(line + "\n" for line in dropped) + tail
+
+
+_KEPT_NOTICES = 3     # a message quoting several runs' output has one notice per run
+
+
+@functools.lru_cache(maxsize=None)
+def _not_shown(lang: str) -> re.Pattern:
+    """A whole line that is the sandbox's notice of output it did not keep (sandbox.CappedBuffer: `run.not_shown`)
+    in `lang`, whatever its count (every plural form)."""
+    forms = set()
+    for count in (1, 2, 5, 21, 987654321):
+        text = re.escape(i18n.label("run.not_shown", lang, count=count))
+        forms.add(text.replace(re.escape(str(count)), r"\d+"))
+    return re.compile("^(?:" + "|".join(sorted(forms)) + ")$", re.MULTILINE)
 
 
 # Characters that act on a terminal or on the layout rather than show: C0 controls but line feed and
