@@ -137,7 +137,7 @@ def _step_result(step: exercises.Step, phases: list[Phase], exercise: exercises.
         return StepResult(status="error", output=output, seconds=seconds,
                           message=i18n.label("grading.harness_failed", error=_last_line(crash.longreprtext)),
                           **base)
-    message = "\n".join(str(p.report.longrepr) for p in failed)
+    message = "\n".join(plugin.message_of(p.report) for p in failed)
     return StepResult(status="fail", output=output, seconds=seconds,
                       message=f"{message}\n{i18n.label('report.hint', hint=hint)}", **base)
 

@@ -17,6 +17,8 @@ import pytest
 from retrylab import exercise as exercises
 from retrylab import i18n, options, tempdirs
 from retrylab.limits import StepClock, StepTimeLimit, step_label
+from retrylab.reporters.bounds import neutral
+from retrylab.reporters.github import inert_text
 from retrylab.runner import LearnerRunner
 from retrylab.verdict import CannotJudge, CheckFailed
 
@@ -271,9 +273,30 @@ def pytest_runtest_call(item):
         return (yield)
 
 
+class LearnerMessage:
+    """A verdict's message as a report's longrepr. What pytest shows of it (its terminal, its junitxml, xdist's
+    copy) is `str()`: the learner's text made inert, no ESC sequence for the terminal and no line GitHub Actions
+    would run as a workflow command (`::add-mask::`), as `retrylab check`'s own reports show it. A grading reads
+    `message`, the text as the check wrote it: each of its reporters makes it safe for its own format."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __str__(self) -> str:
+        return inert_text(neutral(self.message))
+
+    def toterminal(self, out) -> None:
+        out.line(str(self))
+
+
+def message_of(report) -> str:
+    """The failure text of a check's report: a verdict's message as written, anything else as pytest has it."""
+    return getattr(report.longrepr, "message", None) or str(report.longrepr)
+
+
 def _verdict(item, report, message: str) -> None:
     report.outcome = "failed"
-    report.longrepr = message
+    report.longrepr = LearnerMessage(message)
     record_of(item).verdicts.add(report.when)
 
 
@@ -287,7 +310,7 @@ def pytest_runtest_makereport_without_traceback(item, call):
     if (call.excinfo is not None and call.excinfo.errisinstance((CheckFailed, CannotJudge))
             and call.excinfo.value.message):
         plain = copy.copy(call)
-        plain.excinfo = call.excinfo.value.message      # pytest takes a non-ExceptionInfo as the failure's text
+        plain.excinfo = LearnerMessage(call.excinfo.value.message)   # pytest takes a non-ExceptionInfo as the text
         return pytest.TestReport.from_item_and_call(item, plain)
     return None
 
@@ -300,7 +323,7 @@ def pytest_runtest_makereport(item, call):
         # A learner-facing verdict, not a harness bug: show the message without a traceback.
         _verdict(item, report, call.excinfo.value.message)
     elif call.excinfo is not None and call.excinfo.errisinstance(CannotJudge):
-        report.longrepr = call.excinfo.value.message    # not graded, and said why: no traceback
+        report.longrepr = LearnerMessage(call.excinfo.value.message)    # not graded, and said why: no traceback
         record_of(item).unjudged = call.excinfo.value.message
     timed = _timed(item) if call.when in ("setup", "call") else None
     if timed is None:

@@ -2,13 +2,18 @@
 hostile fixture ansi-spoof crashes with stderr written to repaint the screen as an all-pass report."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from retrylab import bidi, i18n
+from retrylab import exercise as exercises
 from retrylab.fixtures.backoff_dlq import corpus
-from retrylab.grading import grade
+from retrylab.grading import grade, pytest_args
 from retrylab.reporters import github, text
 from retrylab.reporters.bounds import neutral
 from retrylab.results import Report, StepResult
@@ -66,3 +71,31 @@ def test_ansi_spoof_cannot_repaint_the_verdict(tmp_path):
     assert "\\x1b[32mPASS" in rendered, "the learner's escapes should be shown, escaped"
     assert rendered.splitlines()[-1].startswith("4/8 steps pass")   # the real tally, not the painted one
     assert not ACTIVE.search(github.render(report))
+
+
+HOSTILE = "E\x1b]0;pwned\x07F\x1b[2JG\n::add-mask::secret\n  ::error::injected\n##[error]legacy"
+
+
+def _raising(tmp_path):
+    mine = tmp_path / "mine"
+    shutil.copytree(corpus.REFERENCE, mine)
+    (mine / "worker.py").write_text(f"raise RuntimeError({HOSTILE!r})\n")
+    return mine
+
+
+def test_under_plain_pytest_a_verdict_shows_learner_text_inert(tmp_path):
+    # the README's plain-pytest way printed the learner's ESC sequences to the terminal, and lines GitHub Actions
+    # runs as workflow commands (it strips the indentation first)
+    env = {**os.environ, "GITHUB_ACTIONS": "true"}
+    done = subprocess.run([sys.executable, "-m", "pytest", *pytest_args(exercises.get("backoff-dlq")),
+                           "--solution", str(_raising(tmp_path)), "--step=1", "-p", "no:randomly",
+                           "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=120, env=env)
+    assert "pwned" in done.stdout, done.stdout               # the message is shown...
+    assert not ACTIVE.search(done.stdout), done.stdout       # ...inert
+    commands = [line for line in done.stdout.splitlines() if line.lstrip().startswith("::") or "##[" in line]
+    assert not commands, commands
+
+
+def test_a_grading_still_hands_its_reporters_the_message_as_written(tmp_path):
+    step1 = next(r for r in grade(_raising(tmp_path), steps=(1,)).results if r.number == 1)
+    assert step1.status == "fail" and "RuntimeError: E\x1b]0;pwned\x07F" in step1.message   # raw, as before
