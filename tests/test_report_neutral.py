@@ -99,3 +99,14 @@ def test_under_plain_pytest_a_verdict_shows_learner_text_inert(tmp_path):
 def test_a_grading_still_hands_its_reporters_the_message_as_written(tmp_path):
     step1 = next(r for r in grade(_raising(tmp_path), steps=(1,)).results if r.number == 1)
     assert step1.status == "fail" and "RuntimeError: E\x1b]0;pwned\x07F" in step1.message   # raw, as before
+
+
+@pytest.mark.parametrize("breaker", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"])
+def test_a_learners_line_breaker_starts_no_line_of_the_text_report(breaker):
+    # str.splitlines() broke the message at these, and the learner's next "line" read as a verdict
+    forged = f"expected 6 lines{breaker}PASS  step 2: failed message requeued"
+    report = Report(exercise_id="backoff-dlq", exercise_title="t", submission="s", backend="fake",
+                    harness_version="0", results=(
+        StepResult(name="worker", title="worker consumes q:tasks", status="fail", number=1, message=forged),))
+    lines = text.render(report).splitlines()
+    assert not [line for line in lines if line.strip().startswith("PASS")], lines

@@ -131,7 +131,7 @@ class Watcher:
                 earlier = f" {i18n.label('watch.earlier', lang)}" if result.number in self.stale else ""
                 lines.append(f"{mark} {label}: {result.title}{earlier}")
                 if index == 0:   # what to fix next, in full
-                    message = [part for line in neutral(result.message).splitlines()
+                    message = [part for line in neutral(result.message).split("\n")   # not at a learner's CR
                                for part in wrap(line, self.columns() - 4)]
                     lines.extend("    " + line for line in message[:MESSAGE_LINES])
                     if len(message) > MESSAGE_LINES:

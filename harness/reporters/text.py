@@ -25,7 +25,11 @@ def _line(result: StepResult, lang: str) -> str:
 def _detail(result: StepResult) -> list[str]:
     if result.passed or not result.message:
         return []
-    return ["      " + bidi.balance(part) for part in result.message.splitlines()]
+    # split at line feeds only, once what acts is escaped: splitlines() also broke at a learner's lone CR, form
+    # feed, NEL or U+2028, and the next "line" could read "PASS  step 1: ..." under the real verdict
+    message = neutral(result.message)
+    parts = message.split("\n")
+    return ["      " + bidi.balance(part) for part in (parts[:-1] if message.endswith("\n") else parts)]
 
 
 def render(report: Report) -> str:
