@@ -105,9 +105,9 @@ def _drop_stdout() -> None:
 def main() -> int:
     previous = signal.signal(signal.SIGTERM, terminate)   # kept until cli.main puts its own: no gap between them
     try:
-        _fill_standard_descriptors()
-        _escape_what_cannot_be_encoded()
         try:
+            _fill_standard_descriptors()
+            _escape_what_cannot_be_encoded()
             from retrylab import cli
             status = cli.main()
         except KeyboardInterrupt:   # in the imports, or in the moment cli.main installs or restores its handler
