@@ -598,6 +598,7 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
         if warm is not None:
             cleanup.callback(warm.close)    # after the pool's threads are done (the ExitStack unwinds last)
         futures = {pool.submit(grade_in_subprocess, s, config, workdir, running, warm): (s, d) for s, d in todo}
+        not_recorded = None
         try:
             for future in concurrent.futures.as_completed(futures):
                 submission, digest = futures[future]
@@ -606,21 +607,42 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
                 except Exception as exc:  # a harness defect in the batch itself: one row, not the batch
                     row = error_row(submission, i18n.label("batch.crashed", config.lang, error=repr(exc)), 0.0, config)
                 rows[submission.id] = row
-                state.record(submission, digest, config, row)
+                try:
+                    state.record(submission, digest, config, row)
+                except OSError as exc:    # a disk filling up: grading on would only lose more grades
+                    not_recorded = exc
+                    _stop_all(futures, running)
+                    break
                 summary.graded += 1
                 summary.errors += row["status"] == "error"
                 on_done(row)
         except KeyboardInterrupt:
             summary.interrupted = True
-            for future in futures:
-                future.cancel()
-            running.cancel()
+            _stop_all(futures, running)
+    if not_recorded is not None:
+        raise GradesNotSaved(f"could not record a grade in {state.path}: {os_reason(not_recorded)}; the batch "
+                             f"stopped, the {summary.graded} grades recorded before are kept: run it again to go on")
     summary.rows = [rows[s.id] for s in submissions if s.id in rows]
-    if not summary.interrupted:
-        state.compact(known if known is not None else (s.id for s in submissions))
-    write_gradebook(out, summary.rows, config)
+    try:
+        if not summary.interrupted:
+            state.compact(known if known is not None else (s.id for s in submissions))
+        write_gradebook(out, summary.rows, config)
+    except OSError as exc:
+        raise GradesNotSaved(f"could not write {out} or its journal: {os_reason(exc)}; the grades are in "
+                             f"{state.path}: run the batch again once it can be written") from None
     summary.seconds = time.monotonic() - started
     return summary
+
+
+class GradesNotSaved(Exception):
+    """The journal or the gradebook could not be written (a full disk): the batch stopped, and says what is kept."""
+
+
+def _stop_all(futures, running: _Running) -> None:
+    """No grading queued starts, and those running are stopped (Ctrl-C, or grades that can no longer be saved)."""
+    for future in futures:
+        future.cancel()
+    running.cancel()
 
 
 # -- the child: `python -m retrylab.batch SUBMISSION RESULT.json` -----------------------------------

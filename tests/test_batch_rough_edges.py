@@ -4,6 +4,7 @@ status 2 before any grading (a traceback's exit status 1 reads as a verdict in C
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import re
@@ -232,3 +233,30 @@ def test_ids_a_spreadsheet_or_a_terminal_would_act_on_are_written_inert(tmp_path
     with out.open(newline="") as f:
         ids = sorted(row["id"] for row in csv.DictReader(f))
     assert ids == sorted(["'=HYPERLINK(\"evil.example\",\"x\")", "'-2+3", "a\\x1b]0;PWNED\\x07b\\rPASS"]), ids
+
+
+def test_grades_that_can_no_longer_be_saved_stop_the_batch_and_say_what_is_kept(tmp_path, monkeypatch):
+    # a disk filling up mid-batch: every queued grading still ran, then a traceback (exit 1)
+    subs = a_batch(tmp_path)
+    for name in ("bob", "carol", "dave"):
+        shutil.copytree(REFERENCE, subs / name)
+    recorded, graded = [], []
+
+    def record(self, submission, digest, config, row):
+        if recorded:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        recorded.append(submission.id)
+
+    grade = batch.grade_in_subprocess
+
+    def counted(*args, **kwargs):
+        graded.append(args[0].id)
+        return grade(*args, **kwargs)
+
+    monkeypatch.setattr(batch.BatchState, "record", record)
+    monkeypatch.setattr(batch, "grade_in_subprocess", counted)
+    config = batch.BatchConfig(step_timeout=None, warm=False)
+    with pytest.raises(batch.GradesNotSaved, match="no space left on device; the batch stopped, the 1 grades"):
+        batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
+    assert len(graded) <= 3, graded      # the one recorded, the one that could not be, at most one started
+    assert not (tmp_path / "g.csv").exists()

@@ -153,6 +153,8 @@ def run(args) -> int:
         with progress:
             summary = batch.run_batch(submissions, config, args.out, on_start=started, on_done=done,
                                       known=[s.id for s in everyone])
+    except batch.GradesNotSaved as exc:
+        raise UsageError(str(exc)) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     where = i18n.label("batch.shard", lang, shard=args.shard) if shard else ""
