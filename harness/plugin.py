@@ -273,17 +273,22 @@ def pytest_runtest_call(item):
         return (yield)
 
 
-class LearnerMessage:
-    """A verdict's message as a report's longrepr. What pytest shows of it (its terminal, its junitxml, xdist's
-    copy) is `str()`: the learner's text made inert, no ESC sequence for the terminal and no line GitHub Actions
-    would run as a workflow command (`::add-mask::`), as `retrylab check`'s own reports show it. A grading reads
-    `message`, the text as the check wrote it: each of its reporters makes it safe for its own format."""
+class LearnerMessage(str):
+    """A verdict's message as a report's longrepr. What pytest shows of it (its terminal, the short summary's line,
+    which takes only a str, its junitxml, xdist's copy) is the string itself: the learner's text made inert, no ESC
+    sequence for the terminal and no line GitHub Actions would run as a workflow command (`::add-mask::`), as
+    `retrylab check`'s own reports show it. A grading reads `message`, the text as the check wrote it: each of its
+    reporters makes it safe for its own format."""
 
-    def __init__(self, message: str):
-        self.message = message
+    message: str
 
-    def __str__(self) -> str:
-        return inert_text(neutral(self.message))
+    def __new__(cls, message: str):
+        shown = super().__new__(cls, inert_text(neutral(message)))
+        shown.message = message
+        return shown
+
+    def __reduce__(self):
+        return LearnerMessage, (self.message,)
 
     def toterminal(self, out) -> None:
         out.line(str(self))

@@ -86,14 +86,16 @@ def _raising(tmp_path):
 def test_under_plain_pytest_a_verdict_shows_learner_text_inert(tmp_path):
     # the README's plain-pytest way printed the learner's ESC sequences to the terminal, and lines GitHub Actions
     # runs as workflow commands (it strips the indentation first)
-    env = {**os.environ, "GITHUB_ACTIONS": "true"}
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "COLUMNS": "300"}   # room for the summary line's message
     done = subprocess.run([sys.executable, "-m", "pytest", *pytest_args(exercises.get("backoff-dlq")),
                            "--solution", str(_raising(tmp_path)), "--step=1", "-p", "no:randomly",
-                           "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=120, env=env)
+                           "-p", "no:cacheprovider", "-rf"], capture_output=True, text=True, timeout=120, env=env)
     assert "pwned" in done.stdout, done.stdout               # the message is shown...
     assert not ACTIVE.search(done.stdout), done.stdout       # ...inert
     commands = [line for line in done.stdout.splitlines() if line.lstrip().startswith("::") or "##[" in line]
     assert not commands, commands
+    summary = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    assert summary and all(" - " in line for line in summary), summary     # the verdict's first line is there
 
 
 def test_a_grading_still_hands_its_reporters_the_message_as_written(tmp_path):
