@@ -36,6 +36,7 @@ import concurrent.futures
 import contextlib
 import csv
 import dataclasses
+import errno
 import hashlib
 import io
 import json
@@ -370,10 +371,12 @@ class BatchState:
         self.path = Path(path)
         self.records: dict[str, dict] = {}
         try:
-            lines = self.path.read_bytes().split(b"\n")
+            journal = self.path.read_bytes()
         except FileNotFoundError:
-            lines = []
-        for line in lines:
+            journal = b""
+        # a torn last line (a crash, a full disk) gets a line end before the next record, which it would spoil
+        self._torn = not journal.endswith(b"\n") and journal != b""
+        for line in journal.split(b"\n"):
             try:
                 record = json.loads(line)
             except ValueError:
@@ -394,16 +397,24 @@ class BatchState:
         record = {"id": submission.id, "hash": digest, "config": config.fingerprint(), "row": row}
         self.records[submission.id] = record
         line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", UNENCODABLE)
+        if self._torn:
+            line = b"\n" + line
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)   # less the umask
         try:
-            os.write(fd, line)  # one write of one line: a crash leaves whole lines and maybe one torn one
+            # one write of one line: a crash leaves whole lines and maybe one torn one. A write the disk could
+            # only take part of is a torn line, not a grade recorded: said, as a full disk
+            self._torn = True
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
             os.fsync(fd)
+            self._torn = False
         finally:
             os.close(fd)
 
     def compact(self, keep: Iterable[str]) -> None:
         kept = [self.records[i] for i in sorted(set(keep)) if i in self.records]
         _write_atomically(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+        self._torn = False
 
 
 def _well_formed(record) -> bool:
@@ -623,10 +634,10 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
         raise GradesNotSaved(f"could not record a grade in {state.path}: {os_reason(not_recorded)}; the batch "
                              f"stopped, the {summary.graded} grades recorded before are kept: run it again to go on")
     summary.rows = [rows[s.id] for s in submissions if s.id in rows]
-    try:
+    try:   # the gradebook first: the journal, with every step's whole feedback, is the larger of the two
+        write_gradebook(out, summary.rows, config)
         if not summary.interrupted:
             state.compact(known if known is not None else (s.id for s in submissions))
-        write_gradebook(out, summary.rows, config)
     except OSError as exc:
         raise GradesNotSaved(f"could not write {out} or its journal: {os_reason(exc)}; the grades are in "
                              f"{state.path}: run the batch again once it can be written") from None

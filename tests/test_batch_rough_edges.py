@@ -226,7 +226,7 @@ def test_ids_a_spreadsheet_or_a_terminal_would_act_on_are_written_inert(tmp_path
     for name in names:
         shutil.copytree(REFERENCE, subs / name)
     out = tmp_path / "grades.csv"
-    done = grade_batch(subs, "--out", out, "--step", "3")
+    done = grade_batch(subs, "--out", out)
     assert done.returncode == 0, done.stderr
     raw = out.read_bytes()
     assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", raw), raw
@@ -260,3 +260,24 @@ def test_grades_that_can_no_longer_be_saved_stop_the_batch_and_say_what_is_kept(
         batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
     assert len(graded) <= 3, graded      # the one recorded, the one that could not be, at most one started
     assert not (tmp_path / "g.csv").exists()
+
+
+def test_a_torn_journal_line_spoils_no_later_record(tmp_path, monkeypatch):
+    # a write the disk took only part of was counted as recorded, and the next record, appended right after
+    # the torn bytes, could not be read back either
+    config = batch.BatchConfig(warm=False)
+    journal = tmp_path / "g.csv.state.jsonl"
+    row = {"id": "alice", "status": "pass"}
+    state = batch.BatchState(journal)
+    real_write = os.write
+    monkeypatch.setattr(batch.os, "write", lambda fd, data: real_write(fd, data[:10]))
+    with pytest.raises(OSError):
+        state.record(batch.Submission("alice", tmp_path), "h1", config, row)
+    monkeypatch.setattr(batch.os, "write", real_write)
+    state.record(batch.Submission("bob", tmp_path), "h2", config, {**row, "id": "bob"})
+    assert set(batch.BatchState(journal).records) == {"bob"}
+    batch.BatchState(journal).record(batch.Submission("carol", tmp_path), "h3", config, {**row, "id": "carol"})
+    assert set(batch.BatchState(journal).records) == {"bob", "carol"}
+    journal.write_bytes(journal.read_bytes() + b'{"id": "da')            # a crash's torn line, then a resume
+    batch.BatchState(journal).record(batch.Submission("erin", tmp_path), "h4", config, {**row, "id": "erin"})
+    assert set(batch.BatchState(journal).records) == {"bob", "carol", "erin"}

@@ -20,7 +20,8 @@ def register(subparsers) -> None:
                     " submission, graded in its own process with its own "
                     "private server (backends that name a shared server are not offered). Re-running skips submissions that are unchanged since they were graded "
                     "(a state file sits next to the gradebook), so an interrupted batch resumes. Exit status: "
-                    "0 the batch completed (whatever the grades), 2 bad arguments, 130 interrupted.")
+                    "0 the batch completed (whatever the grades), 2 bad arguments or grades that can no longer be "
+                    "saved (a full disk), 130 interrupted.")
     batch.add_argument("directory", type=given_path, metavar="DIR",
                        help="a directory with one subdirectory per submission")
     batch.add_argument("--out", type=given_path, default=Path("gradebook.csv"), metavar="PATH",
