@@ -37,7 +37,12 @@ def write_stdout(text: str, out=None, *, utf8: bool = False) -> None:
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         if utf8 and hasattr(out, "buffer"):
             out.flush()
-            out.buffer.write(text.encode("utf-8", "backslashreplace"))
+            data = memoryview(text.encode("utf-8", "backslashreplace"))
+            while data:     # unbuffered (PYTHONUNBUFFERED), a write to a pipe may take only part
+                written = out.buffer.write(data)
+                if not written:     # a non-blocking descriptor that is full: not waited on in a loop
+                    raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+                data = data[written:]
             out.buffer.flush()
             return
         out.write(text)
