@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import gc
 import importlib
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -203,7 +204,7 @@ class LearnerRunner:
         for a run on real time)."""
         path = self.submission / script
         if not path.is_file():
-            if path.exists() or path.is_symlink():  # there, but nothing Python could run: not "missing"
+            if os.path.lexists(path):  # there (a folder, a FIFO, a broken link), but nothing to run: not "missing"
                 raise CheckFailed(i18n.label("run.not_a_file", script=script))
             return ScriptRun(result=None, calls=(), commands=())
         stop_when = stop_when if stop_when is not None else never()   # still measured: CPU, why it ended

@@ -58,10 +58,10 @@ def check_output_path(path: Path, option: str) -> None:
     after it (CI reads a traceback's exit status 1 as "a lab step failed")."""
     if path.is_dir():
         raise UsageError(f"{option} {path} is a directory: name a file")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise UsageError(f"{option} {path}: {path.parent} is a file, not a directory")
     if not path.parent.is_dir():
-        raise UsageError(f"{option} {path}: the directory {path.parent} does not exist")
+        why = (f"{path.parent} is a file, not a directory" if path.parent.exists()
+               else f"the directory {path.parent} does not exist")
+        raise UsageError(f"{option} {path}: {why}")
 
 
 def write_report(rendered: str, output: Path | None, *, machine: bool = False) -> None:

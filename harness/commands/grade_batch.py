@@ -39,7 +39,9 @@ def register(subparsers) -> None:
     add_options(batch, options.STEP_TIMEOUT, options.ISOLATION, options.LANG)
 
 
-def validate(args):
+def validate(args) -> tuple[tuple[int, int] | None, list]:
+    """The shard asked for and every submission in the batch folder, once the arguments are known to be usable
+    (else UsageError)."""
     from retrylab import batch
     with _reading(args.directory):
         if not args.directory.is_dir():
@@ -54,11 +56,12 @@ def validate(args):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     exercise = chosen_exercise(args)
-    _check_gradebook_outside(args.out, _check_submissions(args.directory, exercise))
+    everyone = _check_submissions(args.directory, exercise)
+    _check_gradebook_outside(args.out, everyone)
     probe_backend(args, exercise, private=True)  # one line, exit 2, before anything is graded
     require_isolation(args.isolation, exercise)
     _check_gradebook_writable(args.out)   # last: it creates (and removes) files, which bad arguments should not
-    return shard
+    return shard, everyone
 
 
 @contextlib.contextmanager
@@ -114,7 +117,7 @@ def _check_gradebook_outside(out: Path, submissions: list) -> None:
     copy of the class's grades, and the submission would change with each grading (never reused on resume)."""
     where = out.resolve().parent
     for submission in submissions:
-        if where == submission.path.resolve() or submission.path.resolve() in where.parents:
+        if where.is_relative_to(submission.path.resolve()):
             raise UsageError(f"--out {out} is inside the submission {submission.id}: its scripts would get the "
                              "class's grades; write the gradebook outside every submission's folder")
 
@@ -125,12 +128,11 @@ def run(args) -> int:
                                TimeRemainingColumn)
 
     from retrylab import batch
-    shard = validate(args)
+    shard, everyone = validate(args)   # the folder listed once: what was checked is what is graded
     lang = i18n.resolve(args.lang)
     config = batch.BatchConfig(backend=args.backend, exercise_id=args.exercise, step_timeout=args.step_timeout,
                                timeout=args.timeout, jobs=args.jobs, lang=lang,
                                warm=not args.cold)
-    everyone = batch.discover(args.directory)
     submissions = batch.select(everyone, shard)
     console = Console(stderr=True)
     errors_column = i18n.label("batch.errors", lang, errors="{task.fields[errors]}")  # rich fills it in

@@ -61,15 +61,15 @@ class Watcher:
         self.args = args
         self.exercise = exercise
         self.lang = lang
-        if out is None and sys.stdout is None:      # started with descriptor 1 closed: nothing could be shown
+        self.out = out if out is not None else sys.stdout
+        if self.out is None:    # started with descriptor 1 closed: nothing could be shown (OutputError says so)
             write_stdout("")
-        self.out = out = out if out is not None else sys.stdout
         self.results: dict[int, object] = {}
         self.advanced: tuple = ()     # the advanced checks' results of the last full grading
         self.stale: set[int] = set()
         self.changed: list[str] = []
         self.error = ""               # why the last grading could not grade everything, if so
-        self.clear = args.clear == "always" or (args.clear == "auto" and out.isatty())
+        self.clear = args.clear == "always" or (args.clear == "auto" and self.out.isatty())
         self.stopping = threading.Event()
 
     # -- grading -------------------------------------------------------------------------------
