@@ -664,7 +664,7 @@ def interrupt(signum, frame):
 
 
 def child_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m retrylab.batch",
+    parser = argparse.ArgumentParser(prog="python -m retrylab.batch", allow_abbrev=False,
                                      description="grade one submission for `retrylab grade-batch`")
     parser.add_argument("submission", type=Path)
     parser.add_argument("result", type=Path, help="where to write the report as JSON")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import signal
 import sys
@@ -15,9 +16,12 @@ from retrylab.entry import interrupted, say, terminate
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict, dict]:
-    parser = argparse.ArgumentParser(prog="retrylab", description="Grade message-queue retry labs.")
+    # No abbreviations: argparse takes any unique prefix of an option, so a mistyped or removed option was read as
+    # another one (`grade-batch --step 3` set --step-timeout 3) instead of being refused.
+    parser = argparse.ArgumentParser(prog="retrylab", description="Grade message-queue retry labs.", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"retrylab {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True,
+                                       parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
     modules = {name: importlib.import_module(f"retrylab.commands.{name.replace('-', '_')}") for name in COMMANDS}
     for module in modules.values():
         module.register(subparsers)

@@ -169,6 +169,25 @@ def test_an_unknown_option_shows_the_subcommands_usage():
     assert done.stderr.startswith("usage: retrylab check ") and "--frobnicate" in done.stderr
 
 
+def _long_options(parser) -> list[str]:
+    return [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+
+
+@pytest.mark.parametrize("command", sorted(cli._parser()[2]))
+def test_a_shortened_option_is_refused_not_read_as_the_option_it_begins(command, capsys):
+    # argparse's default takes any unique prefix: `grade-batch --step 3` was --step-timeout 3, silently
+    subcommand = cli._parser()[2][command]
+    every = _long_options(subcommand)
+    shortened = [o[:-1] for o in every if o[:-1] not in every and len(o) > 3]
+    required = [a for action in subcommand._actions if action.required and action.option_strings
+                for a in (action.option_strings[0], "1")]
+    assert shortened
+    for option in shortened:
+        with pytest.raises(SystemExit) as stopped:
+            cli.main([command, *required, option, "3", "somewhere"])
+        assert stopped.value.code == 2 and f"unrecognized arguments: {option}" in capsys.readouterr().err, option
+
+
 def test_exit_zero_is_as_the_readme_says(tmp_path):
     assert "bad arguments still exit 2" in " ".join(README.read_text().split())
     assert retrylab("check", str(tmp_path), "--step", "3", "--exit-zero").returncode == 0   # a failed step
