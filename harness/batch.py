@@ -631,16 +631,16 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
             summary.interrupted = True
             _stop_all(futures, running)
     if not_recorded is not None:
-        raise GradesNotSaved(f"could not record a grade in {state.path}: {os_reason(not_recorded)}; the batch "
-                             f"stopped, the {summary.graded} grades recorded before are kept: run it again to go on")
+        raise GradesNotSaved(i18n.label("batch.not_recorded", config.lang, journal=state.path,
+                                        reason=os_reason(not_recorded), graded=summary.graded))
     summary.rows = [rows[s.id] for s in submissions if s.id in rows]
     try:   # the gradebook first: the journal, with every step's whole feedback, is the larger of the two
         write_gradebook(out, summary.rows, config)
         if not summary.interrupted:
             state.compact(known if known is not None else (s.id for s in submissions))
     except OSError as exc:
-        raise GradesNotSaved(f"could not write {out} or its journal: {os_reason(exc)}; the grades are in "
-                             f"{state.path}: run the batch again once it can be written") from None
+        raise GradesNotSaved(i18n.label("batch.not_written", config.lang, out=out, reason=os_reason(exc),
+                                        journal=state.path)) from None
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -235,7 +235,11 @@ def test_ids_a_spreadsheet_or_a_terminal_would_act_on_are_written_inert(tmp_path
     assert ids == sorted(["'=HYPERLINK(\"evil.example\",\"x\")", "'-2+3", "a\\x1b]0;PWNED\\x07b\\rPASS"]), ids
 
 
-def test_grades_that_can_no_longer_be_saved_stop_the_batch_and_say_what_is_kept(tmp_path, monkeypatch):
+@pytest.mark.parametrize("lang, said", [("en", "no space left on device; the batch stopped, and the grade recorded "
+                                                 "before is kept"),
+                                         ("ru", "пакетная проверка остановлена, записанная раньше 1 оценка "
+                                                "сохранена")])
+def test_grades_that_can_no_longer_be_saved_stop_the_batch_and_say_what_is_kept(tmp_path, monkeypatch, lang, said):
     # a disk filling up mid-batch: every queued grading still ran, then a traceback (exit 1)
     subs = a_batch(tmp_path)
     for name in ("bob", "carol", "dave"):
@@ -255,11 +259,27 @@ def test_grades_that_can_no_longer_be_saved_stop_the_batch_and_say_what_is_kept(
 
     monkeypatch.setattr(batch.BatchState, "record", record)
     monkeypatch.setattr(batch, "grade_in_subprocess", counted)
-    config = batch.BatchConfig(step_timeout=None, warm=False)
-    with pytest.raises(batch.GradesNotSaved, match="no space left on device; the batch stopped, the 1 grades"):
+    config = batch.BatchConfig(step_timeout=None, warm=False, lang=lang)
+    with pytest.raises(batch.GradesNotSaved, match=said):
         batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
     assert len(graded) <= 3, graded      # the one recorded, the one that could not be, at most one started
     assert not (tmp_path / "g.csv").exists()
+
+
+def test_a_gradebook_that_cannot_be_written_says_where_the_grades_are(tmp_path, monkeypatch):
+    subs = a_batch(tmp_path)
+
+    def full(out, rows, config):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(batch, "write_gradebook", full)
+    config = batch.BatchConfig(step_timeout=None, warm=False, lang="zh")
+    with pytest.raises(batch.GradesNotSaved) as stopped:
+        batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
+    said = str(stopped.value)
+    assert said.startswith(f"无法写入 {tmp_path / 'g.csv'} 或其日志") and "no space left on device" in said, said
+    assert f"成绩保存在 {tmp_path / 'g.csv.state.jsonl'} 中" in said, said
+    assert '"alice"' in (tmp_path / "g.csv.state.jsonl").read_text()
 
 
 def test_a_torn_journal_line_spoils_no_later_record(tmp_path, monkeypatch):
