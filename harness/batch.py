@@ -277,7 +277,7 @@ def feedback_cell(feedback: dict) -> str:
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _cell(value):
+def csv_cell(value):
     """A CSV cell: text (a submission's id is its folder's name, which a learner may choose) with control characters
     shown escaped (an ESC sequence for the grader's terminal; a lone CR, which the csv module leaves unquoted, split
     the row in two for readers) and, where a spreadsheet would take it for a formula, kept as text by a leading
@@ -301,7 +301,7 @@ def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
         writer = csv.DictWriter(buffer, fieldnames=columns(config.exercise), lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            cells = {k: _cell(v) for k, v in row.items() if k in writer.fieldnames}
+            cells = {k: csv_cell(v) for k, v in row.items() if k in writer.fieldnames}
             cells["feedback"] = feedback_cell(row.get("feedback"))
             writer.writerow(cells)
         text = buffer.getvalue()

@@ -235,6 +235,20 @@ def test_ids_a_spreadsheet_or_a_terminal_would_act_on_are_written_inert(tmp_path
     assert ids == sorted(["'=HYPERLINK(\"evil.example\",\"x\")", "'-2+3", "a\\x1b]0;PWNED\\x07b\\rPASS"]), ids
 
 
+@pytest.mark.parametrize("names, shown", [(["a\\xffb", b"a\xffb"], "a\\xffb"), (["=x", "'=x"], "'=x"),
+                                          (["a\x1bb", "a\\x1bb"], "a\\x1bb")],
+                         ids=["not utf-8", "formula", "control"])
+def test_two_folders_that_would_share_a_gradebook_id_are_refused(tmp_path, names, shown):
+    # one row would stand for both: the second grading overwrote the first's, or a spreadsheet showed two the same
+    (tmp_path / "subs").mkdir()
+    for name in names:
+        folder = os.path.join(os.fsencode(tmp_path / "subs"), name if isinstance(name, bytes) else os.fsencode(name))
+        shutil.copytree(REFERENCE, os.fsdecode(folder))
+    done = grade_batch(tmp_path / "subs", "--out", tmp_path / "g.csv")
+    assert refused(done, f"would both be {shown} in the gradebook: rename one"), done.stderr
+    assert not (tmp_path / "g.csv").exists()
+
+
 @pytest.mark.parametrize("lang, said", [("en", "no space left on device; the batch stopped, and the grade recorded "
                                                  "before is kept"),
                                          ("ru", "пакетная проверка остановлена, записанная раньше 1 оценка "

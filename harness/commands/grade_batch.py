@@ -106,9 +106,12 @@ def _check_submissions(directory: Path, exercise) -> list:
     if not submissions:
         raise UsageError(f"no submission in {directory}: grade-batch grades each of its subdirectories"
                          " (hidden and tool folders such as __pycache__ are skipped)")
-    shared = sorted(name for name, count in Counter(s.id for s in submissions).items() if count > 1)
-    if shared:  # a name that is not UTF-8 is written with \xNN escapes, which another name may spell out
-        raise UsageError(f"two folders in {directory} would both be {shared[0]} in the gradebook: rename one")
+    # a name that is not UTF-8 is written with \xNN escapes, which another name may spell out; and the CSV
+    # gradebook escapes control characters and puts an apostrophe before a formula (`=x` and `'=x` are one cell)
+    for ids in ([s.id for s in submissions], [batch.csv_cell(s.id) for s in submissions]):
+        shared = sorted(name for name, count in Counter(ids).items() if count > 1)
+        if shared:
+            raise UsageError(f"two folders in {directory} would both be {shared[0]} in the gradebook: rename one")
     return submissions
 
 
