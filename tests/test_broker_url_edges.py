@@ -162,3 +162,11 @@ def test_verify_without_a_url_reads_the_default_server(command, directory, shown
 def test_check_still_refuses_an_empty_redis_url():
     done = retrylab("check", "--backend", "url", "--redis-url", "", str(REDIS_REFERENCE))
     assert done.returncode == 2 and "--redis-url" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("url, where", [("redis://[::1]:1/0", "redis://[::1]:1"), ("redis://127.0.0.1:1/0",
+                                                                                  "redis://127.0.0.1:1")])
+def test_check_on_url_names_the_server_as_a_url_would(url, where):
+    # an IPv6 host was shown bare, `redis://::1:1`, and the message's own advice (`e.g. {where}/N`) misread
+    done = retrylab("check", "--backend", "url", "--redis-url", url, str(REDIS_REFERENCE))
+    assert done.returncode == 2 and f"cannot use Redis at {where}: " in done.stderr, done.stderr

@@ -31,6 +31,11 @@ def shown_url(url: str) -> str:
     return head + slashes + rest.rpartition("@")[2]
 
 
+def address(scheme: str, host: str, port: int) -> str:
+    """`scheme://host:port` as a URL writes it: an IPv6 host in brackets (`redis://::1:6379` names no port)."""
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def split(url: str) -> urllib.parse.SplitResult:
     """`url` as urllib splits it, its `.port` known to be readable; BadUrl where urllib would misread or refuse it."""
     if not url.strip():

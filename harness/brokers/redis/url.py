@@ -64,7 +64,7 @@ class UrlBackend(Backend):
         self._username = urllib.parse.unquote(parts.username) if parts.username else None
         self._password = urllib.parse.unquote(parts.password) if parts.password else None
         self._db = _database_index(parts, urls.shown_url(redis_url))
-        self.where = f"redis://{self._host}:{self._port}"   # never the credentials
+        self.where = urls.address("redis", self._host, self._port)   # never the credentials
         self._token = secrets.token_hex(16)
         self._endpoint: Endpoint | None = None
         self._client: redis.Redis | None = None
