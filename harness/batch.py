@@ -31,7 +31,6 @@ written the same way: no gradebook or journal holds anything but UTF-8.
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
 import csv
@@ -631,8 +630,8 @@ def run_batch(submissions: list[Submission], config: BatchConfig, out: Path, *,
             summary.interrupted = True
             _stop_all(futures, running)
     if not_recorded is not None:
-        raise GradesNotSaved(i18n.label("batch.not_recorded", config.lang, journal=state.path,
-                                        reason=os_reason(not_recorded), graded=summary.graded))
+        raise GradesNotSaved(i18n.label("batch.not_recorded", config.lang, journal=state.path,  # reused ones too
+                                        reason=os_reason(not_recorded), graded=summary.graded + summary.reused))
     summary.rows = [rows[s.id] for s in submissions if s.id in rows]
     try:   # the gradebook first: the journal, with every step's whole feedback, is the larger of the two
         write_gradebook(out, summary.rows, config)
@@ -664,7 +663,7 @@ def interrupt(signum, frame):
 
 
 def child_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m retrylab.batch", allow_abbrev=False,
+    parser = options.argument_parser(prog="python -m retrylab.batch",
                                      description="grade one submission for `retrylab grade-batch`")
     parser.add_argument("submission", type=Path)
     parser.add_argument("result", type=Path, help="where to write the report as JSON")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import signal
 import sys
@@ -10,18 +9,16 @@ import threading
 
 from retrylab import __version__
 from retrylab import exercise as exercises
+from retrylab import options
 from retrylab.brokers import BackendUnavailable
 from retrylab.commands import COMMANDS, UsageError
 from retrylab.entry import interrupted, say, terminate
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict, dict]:
-    # No abbreviations: argparse takes any unique prefix of an option, so a mistyped or removed option was read as
-    # another one (`grade-batch --step 3` set --step-timeout 3) instead of being refused.
-    parser = argparse.ArgumentParser(prog="retrylab", description="Grade message-queue retry labs.", allow_abbrev=False)
+    parser = options.argument_parser(prog="retrylab", description="Grade message-queue retry labs.")
     parser.add_argument("--version", action="version", version=f"retrylab {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True,
-                                       parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=options.argument_parser)
     modules = {name: importlib.import_module(f"retrylab.commands.{name.replace('-', '_')}") for name in COMMANDS}
     for module in modules.values():
         module.register(subparsers)

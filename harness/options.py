@@ -8,12 +8,19 @@ every broker: which of them the exercise's broker offers is known only once `--e
 """
 from __future__ import annotations
 
+import argparse
 import pkgutil
 from dataclasses import dataclass, field
 from functools import cache
 
 from retrylab import exercise as exercises
 from retrylab import i18n
+
+
+def argument_parser(**settings) -> argparse.ArgumentParser:
+    """A parser of the commands: options spelled in full. argparse takes any unique prefix by default, so a mistyped
+    or unknown option was read as another one (`grade-batch --step 3` set --step-timeout 3) instead of refused."""
+    return argparse.ArgumentParser(allow_abbrev=False, **settings)
 
 
 class OptionError(ValueError):

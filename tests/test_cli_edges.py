@@ -16,7 +16,7 @@ import pytest
 
 from helpers import alive, default_sigint
 
-from retrylab import cli, grading
+from retrylab import batch, cli, grading
 from retrylab.brokers import BackendUnavailable
 from retrylab.brokers.redis.fake import FakeBackend
 from retrylab.fixtures.backoff_dlq.corpus import REFERENCE
@@ -186,6 +186,21 @@ def test_a_shortened_option_is_refused_not_read_as_the_option_it_begins(command,
         with pytest.raises(SystemExit) as stopped:
             cli.main([command, *required, option, "3", "somewhere"])
         assert stopped.value.code == 2 and f"unrecognized arguments: {option}" in capsys.readouterr().err, option
+
+
+@pytest.mark.parametrize("argv", [["--vers"], ["grade-batch", "somewhere", "--step", "3"],
+                                  ["check", "somewhere", "--out", "x.json"]], ids=["top", "grade-batch", "check"])
+def test_an_option_given_by_its_first_letters_is_refused(argv, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv)
+    said = capsys.readouterr()
+    assert stopped.value.code == 2 and "retrylab 0" not in said.out and "error:" in said.err, said
+
+
+def test_the_batch_child_takes_options_in_full_only(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        batch.child_main([str(tmp_path), str(tmp_path / "r.json"), "--exer", "backoff-dlq"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --exer" in capsys.readouterr().err
 
 
 def test_exit_zero_is_as_the_readme_says(tmp_path):
