@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from retrylab import batch
+from retrylab import exercise as exercises
+from retrylab.commands import grade_batch as grade_batch_command
 
 REFERENCE = Path(__file__).resolve().parents[1] / "solution" / "backoff-dlq"
 # root's capabilities that bypass file modes: without them root is refused as any other grader would be
@@ -235,18 +237,19 @@ def test_ids_a_spreadsheet_or_a_terminal_would_act_on_are_written_inert(tmp_path
     assert ids == sorted(["'=HYPERLINK(\"evil.example\",\"x\")", "'-2+3", "a\\x1b]0;PWNED\\x07b\\rPASS"]), ids
 
 
-@pytest.mark.parametrize("names, shown", [(["a\\xffb", b"a\xffb"], "a\\xffb"), (["=x", "'=x"], "'=x"),
-                                          (["a\x1bb", "a\\x1bb"], "a\\x1bb")],
-                         ids=["not utf-8", "formula", "control"])
-def test_two_folders_that_would_share_a_gradebook_id_are_refused(tmp_path, names, shown):
-    # one row would stand for both: the second grading overwrote the first's, or a spreadsheet showed two the same
-    (tmp_path / "subs").mkdir()
+@pytest.mark.parametrize("names, shown", [(["=x", "'=x"], "'=x"), (["a\x1bb", "a\\x1bb"], "a\\x1bb")],
+                         ids=["formula", "control"])
+def test_two_folders_that_would_share_a_csv_cell_are_refused(tmp_path, names, shown):
+    # one cell would stand for both: a spreadsheet showed two rows a grader could not tell apart
     for name in names:
-        folder = os.path.join(os.fsencode(tmp_path / "subs"), name if isinstance(name, bytes) else os.fsencode(name))
-        shutil.copytree(REFERENCE, os.fsdecode(folder))
+        (tmp_path / "subs" / name).mkdir(parents=True)   # refused before any grading: empty folders will do
     done = grade_batch(tmp_path / "subs", "--out", tmp_path / "g.csv")
     assert refused(done, f"would both be {shown} in the gradebook: rename one"), done.stderr
-    assert not (tmp_path / "g.csv").exists()
+    assert all(repr(name) in done.stderr for name in names), done.stderr   # both named, told apart
+    assert "\x1b" not in done.stderr and not (tmp_path / "g.csv").exists()
+    # the JSON gradebook keeps ids as they are: two ids there
+    exercise = exercises.get("backoff-dlq")
+    assert len(grade_batch_command._check_submissions(tmp_path / "subs", exercise, tmp_path / "g.json")) == 2
 
 
 @pytest.mark.parametrize("lang, said", [("en", "no space left on device; the batch stopped, and the grade recorded "
@@ -278,6 +281,21 @@ def test_grades_that_can_no_longer_be_saved_stop_the_batch_and_say_what_is_kept(
         batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
     assert len(graded) <= 3, graded      # the one recorded, the one that could not be, at most one started
     assert not (tmp_path / "g.csv").exists()
+
+
+def test_grades_kept_after_a_failed_record_count_those_reused_from_the_journal(tmp_path, monkeypatch):
+    # a resumed batch whose first new record failed said "the 0 grades recorded before are kept"
+    subs = a_batch(tmp_path)
+    config = batch.BatchConfig(step_timeout=None, warm=False)
+    batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
+    (subs / "bob").mkdir()
+
+    def full(self, submission, digest, config, row):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(batch.BatchState, "record", full)
+    with pytest.raises(batch.GradesNotSaved, match="the batch stopped, and the grade recorded before is kept"):
+        batch.run_batch(batch.discover(subs), config, tmp_path / "g.csv")
 
 
 def test_a_gradebook_that_cannot_be_written_says_where_the_grades_are(tmp_path, monkeypatch):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections import Counter
 from pathlib import Path
 
 from retrylab import i18n, options
+from retrylab.reporters.bounds import neutral
 from retrylab.commands import UsageError, add_options, check_seconds, chosen_exercise, given_path, probe_backend
 from retrylab.commands.check import check_output_path, require_isolation
 
@@ -56,7 +56,7 @@ def validate(args) -> tuple[tuple[int, int] | None, list]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     exercise = chosen_exercise(args)
-    everyone = _check_submissions(args.directory, exercise)
+    everyone = _check_submissions(args.directory, exercise, args.out)
     _check_gradebook_outside(args.out, everyone)
     probe_backend(args, exercise, private=True)  # one line, exit 2, before anything is graded
     require_isolation(args.isolation, exercise)
@@ -93,7 +93,7 @@ def _check_gradebook_writable(out: Path) -> None:
         raise UsageError(str(exc)) from None
 
 
-def _check_submissions(directory: Path, exercise) -> list:
+def _check_submissions(directory: Path, exercise, out: Path) -> list:
     """`directory` holds submissions, each with an id of its own in the gradebook: those submissions."""
     from retrylab import batch
     with _reading(directory):
@@ -108,11 +108,21 @@ def _check_submissions(directory: Path, exercise) -> list:
                          " (hidden and tool folders such as __pycache__ are skipped)")
     # a name that is not UTF-8 is written with \xNN escapes, which another name may spell out; and the CSV
     # gradebook escapes control characters and puts an apostrophe before a formula (`=x` and `'=x` are one cell)
-    for ids in ([s.id for s in submissions], [batch.csv_cell(s.id) for s in submissions]):
-        shared = sorted(name for name, count in Counter(ids).items() if count > 1)
-        if shared:
-            raise UsageError(f"two folders in {directory} would both be {shared[0]} in the gradebook: rename one")
+    shown = batch.csv_cell if out.suffix.lower() != ".json" else (lambda submission_id: submission_id)
+    for id_of in ((lambda s: s.id), (lambda s: shown(s.id))):
+        first: dict[str, Path] = {}
+        for submission in submissions:
+            other = first.setdefault(id_of(submission), submission.path)
+            if other != submission.path:
+                raise UsageError(f"the folders {_named(other)} and {_named(submission.path)} in {directory} would "
+                                 f"both be {neutral(id_of(submission))} in the gradebook: rename one")
     return submissions
+
+
+def _named(folder: Path) -> str:
+    """A folder's name told apart from any other: quoted, with what cannot be shown escaped, a backslash too (the
+    ids of `a<ESC>b` and `a\\x1bb` are the same)."""
+    return repr(folder.name)
 
 
 def _check_gradebook_outside(out: Path, submissions: list) -> None:
