@@ -170,3 +170,9 @@ def test_check_on_url_names_the_server_as_a_url_would(url, where):
     # an IPv6 host was shown bare, `redis://::1:1`, and the message's own advice (`e.g. {where}/N`) misread
     done = retrylab("check", "--backend", "url", "--redis-url", url, str(REDIS_REFERENCE))
     assert done.returncode == 2 and f"cannot use Redis at {where}: " in done.stderr, done.stderr
+
+
+def test_a_private_database_of_an_ipv6_server_is_named_as_a_url_would():
+    from retrylab.brokers.redis.endpoint import Endpoint
+    assert Endpoint("::1", 6379, 3).url == "redis://[::1]:6379/3"
+    assert Endpoint("127.0.0.1", 6379, 0).url == "redis://127.0.0.1:6379/0"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from retrylab.brokers import urls
 from retrylab.brokers.redis.link import RedisLink
 
 
@@ -27,7 +28,7 @@ class Endpoint:
     @property
     def url(self) -> str:
         """The server and database, without credentials (safe to show)."""
-        return f"redis://{self.host}:{self.port}/{self.db}"
+        return f"{urls.address('redis', self.host, self.port)}/{self.db}"
 
     def link(self, sandbox, run_clock):
         """A learner run's way to this server (retrylab.brokers.LearnerLink), to enter for the run."""
