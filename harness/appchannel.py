@@ -423,8 +423,14 @@ def _cpu_waited(peer: int | None) -> float | None:
     return learner + (procfs.own_cpu_wait() or 0.0) + procfs.steal()
 
 
+# The longest sleep a learner's process can report: time.sleep refuses a longer one (learner_site.virtual_clock).
+LONGEST_SLEEP = 2**63 / 1e9
+
+
 def _seconds(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
+    """A reported sleep's seconds; NaN, infinite or longer than any sleep is malformed (a forged request), and would
+    have moved the run's clock out of any date's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value < LONGEST_SLEEP:
         raise ChannelError("bad_seconds")
     return max(0.0, float(value))
 

@@ -25,3 +25,48 @@ def test_the_clock_ticks_from_install_not_from_the_first_read():
     assert out.returncode == 0, out.stderr
     ahead = float(out.stdout)
     assert abs(ahead - OFFSET) < START_UP / 2, f"the process's clock is {OFFSET - ahead:.3f} s behind the run's"
+
+
+_REFUSED = """
+import asyncio, fractions, time
+from retrylab.learner_site import virtual_clock
+virtual_clock.install()
+
+class Count:
+    def __index__(self):
+        return 100
+
+said = []
+for value in (float("nan"), float("inf"), 1e300, 2 ** 63, -1, "1", None, fractions.Fraction(1, 2)):
+    try:
+        time.sleep(value)
+        said.append("slept")
+    except Exception as exc:
+        said.append(type(exc).__name__)
+print(*said, virtual_clock.offset())
+time.sleep(Count())                     # an integer of another type, as time.sleep takes it
+print(virtual_clock.offset())
+
+async def main():
+    for value in (float("nan"), float("inf")):
+        try:
+            await asyncio.wait_for(asyncio.sleep(value), 0.2)   # asyncio's own: waits for ever
+        except TimeoutError:
+            pass
+    await asyncio.sleep(-1)
+    await asyncio.sleep(2.5)
+asyncio.run(main())
+print(virtual_clock.offset())
+"""
+
+
+def test_a_sleep_time_sleep_refuses_fails_in_the_learners_process_as_without_the_harness():
+    # time.sleep(nan) was reported to the harness's clock first: the learner read "a sleep reported without a number
+    # of seconds ... the application module's connection is not the worker's to use" instead of its own ValueError
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
+    out = subprocess.run([sys.executable, "-c", _REFUSED], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    refused, counted, awaited = out.stdout.splitlines()
+    assert refused.split() == ["ValueError", "OverflowError", "OverflowError", "OverflowError", "ValueError",
+                               "TypeError", "TypeError", "TypeError", "0.0"], refused
+    assert float(counted) == 100.0 and float(awaited) == 102.5, out.stdout

@@ -13,6 +13,7 @@ A process starts at the offset the run had when it began (RETRYLAB_CLOCK_OFFSET)
 days ahead of real time, so the process's first time.time() is already the run's, not real time.
 """
 import math
+import operator
 import os
 import sys
 import threading
@@ -32,6 +33,8 @@ _real_event_wait = threading.Event.wait
 # A real pause per sleep call, so that a polling loop (`while True: lpop(); sleep(1)`) yields the
 # CPU instead of spinning, yet costs about a millisecond per virtual second.
 _REAL_PAUSE = 0.001
+# The longest time.sleep takes: its clock counts nanoseconds in 64 bits, and a longer sleep is an OverflowError.
+_LONGEST_SLEEP = 2**63 / 1e9
 
 
 def advance(seconds: float) -> None:
@@ -61,11 +64,28 @@ def offset() -> float:
     return _offset
 
 
+def _sleep_seconds(seconds) -> float | None:
+    """`seconds` as time.sleep takes it (a float, or an integer of any type), or None where time.sleep refuses it:
+    NaN, infinite, too long, negative, not a number."""
+    if isinstance(seconds, float):
+        value = seconds
+    else:
+        try:
+            value = operator.index(seconds)
+        except TypeError:
+            return None
+    return float(value) if 0 <= value < _LONGEST_SLEEP else None     # False for NaN
+
+
 def sleep(seconds) -> None:
-    if seconds < 0:
-        raise ValueError("sleep length must be non-negative")
-    advance(float(seconds))
-    _real_sleep(min(float(seconds), _REAL_PAUSE))
+    value = _sleep_seconds(seconds)
+    if value is None:
+        # the learner's own error, raised in the learner's process as without the harness (ValueError for NaN,
+        # OverflowError, TypeError); reported to the harness's clock, it read as a malformed call of the channel
+        _real_sleep(seconds)
+        return
+    advance(value)
+    _real_sleep(min(value, _REAL_PAUSE))
 
 
 def monotonic() -> float:
@@ -93,7 +113,15 @@ def _event_wait(self, timeout=None):
 
 
 async def _asyncio_sleep(delay, result=None):
-    advance(float(delay))
+    try:
+        seconds = float(delay)
+    except (TypeError, ValueError, OverflowError):
+        seconds = math.nan
+    if not seconds < _LONGEST_SLEEP:
+        # not a number, infinite or longer than any clock: asyncio's own sleep raises or waits for ever, as it would
+        # without the harness; the run's clock cannot move by such an amount
+        return await _real_asyncio_sleep(delay, result)
+    advance(seconds)
     return await _real_asyncio_sleep(0, result)
 
 
