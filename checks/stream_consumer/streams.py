@@ -21,8 +21,15 @@ class Entry:
     fields: dict[bytes, bytes]
 
     def get(self, name: str) -> str | None:
+        """The field's text to show: cut to 200 characters."""
         value = self.fields.get(name.encode())
         return None if value is None else text(value)
+
+    def value(self, name: str) -> str | None:
+        """The field's text to compare: as stored, up to MAX_FIELD_BYTES (a dead letter's error may be a whole
+        traceback, whose exception text comes last)."""
+        value = self.fields.get(name.encode())
+        return None if value is None else value.decode("utf-8", "backslashreplace")
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,9 @@ def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: i
     found = []
     for entry_id, fields in _xrange(client, key, start, count) or []:
         fields = fields or {}
-        found.append(Entry(entry_id, {k: v[:MAX_FIELD_BYTES] for k, v in list(fields.items())[:64]}))
+        # every field: a legitimate dead letter may add many of its own before the lab's (the reply is in memory
+        # already; only each value is cut)
+        found.append(Entry(entry_id, {k: v[:MAX_FIELD_BYTES] for k, v in fields.items()}))
     return found
 
 

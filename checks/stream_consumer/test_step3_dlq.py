@@ -61,20 +61,20 @@ def _require_dead_letter(retry, calls, entry_id: str) -> streams.Entry:
 
 def _require_fields(letter: streams.Entry, poison: dict, calls, entry_id: str) -> None:
     order_id = poison["order_id"]
-    missing = [k for k in (*poison, *lab.DLQ_FIELDS) if not (letter.get(k) or "").strip()]
+    missing = [k for k in (*poison, *lab.DLQ_FIELDS) if not (letter.value(k) or "").strip()]
     if missing:
         fail(tr("step3.missing_fields", id=order_id, missing=", ".join(missing), stream=lab.STREAM,
                 max=lab.MAX_DELIVERIES))
-    changed = next((k for k, v in poison.items() if letter.get(k) != v), None)
+    changed = next((k for k, v in poison.items() if letter.value(k) != v), None)
     if changed:
         fail(tr("step3.field_changed", id=order_id, field=changed, seen=letter.get(changed), added=poison[changed]))
-    error = letter.get("error")
+    error = letter.value("error")
     errors = [c.error for c in calls if c.error]
     if not any(e in error for e in errors):
         fail(tr("step3.bad_error", id=order_id, seen=streams.text(error, 120), expected=errors[-1] if errors else ""))
-    if letter.get("deliveries").strip() != str(lab.MAX_DELIVERIES):
+    if letter.value("deliveries").strip() != str(lab.MAX_DELIVERIES):
         fail(tr("step3.bad_deliveries", id=order_id, seen=letter.get("deliveries"), max=lab.MAX_DELIVERIES))
-    if letter.get("source_id").strip() != entry_id:
+    if letter.value("source_id").strip() != entry_id:
         fail(tr("step3.bad_source", id=order_id, seen=letter.get("source_id"), stream=lab.STREAM, expected=entry_id))
 
 
