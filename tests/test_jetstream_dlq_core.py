@@ -138,7 +138,8 @@ def test_core_messages_in_every_language(lang):
     catalog = i18n.exercise_catalog(exercise_module.get(EXERCISE))
     params = {name: "X" for name in ("consumer", "consumers", "stream", "seq", "how", "number", "count",
                                      "deliveries", "answers", "delivered", "gap", "least", "most", "counts",
-                                     "seconds", "pending", "unacked")}
+                                     "seconds", "pending", "unacked", "subject", "subjects", "other", "changes",
+                                     "error")}
     keys = [k for k in _my_keys() if not k.startswith("steps.")] + [
         f"steps.{slug}.{field}" for slug in ("ack", "redeliver", "term", "clean-end") for field in ("title", "hint")]
     for key in keys:

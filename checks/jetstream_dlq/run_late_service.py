@@ -19,7 +19,7 @@ import pytest
 from retrylab.checks.jetstream_dlq import dead_letters, lab, server
 from retrylab.checks.jetstream_dlq.catalog import tr
 from retrylab.checks.jetstream_dlq.run_main import CALLS_FOREVER, main_batch
-from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
+from retrylab.checks.jetstream_dlq.run_setup import publish_after_setup, run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
 from retrylab.fixtures.jetstream_dlq import events
 from retrylab.fixtures.jetstream_dlq.taskproc_app import TaskprocApp
@@ -121,9 +121,9 @@ def observe_late_service(learner, nats_backend, cancelled=None) -> LateServiceRu
     batch = main_batch()
     cancelled = cancelled or threading.Event()
     with nats_backend.private() as endpoint, endpoint.admin() as admin, endpoint.admin() as listener:
-        server.create_events_stream(admin)
+        created = server.create_events_stream(admin)
         setup = run_setup_script(learner, endpoint, cancelled)
-        seqs = {e["id"]: admin.js_publish(lab.SUBJECT, events.payload(e))["seq"] for e in batch}
+        seqs = publish_after_setup(admin, created, batch)
         poison = next(e for e in batch if e["kind"] == "poison")
         seen = _AdvisorySeen(listener, seqs[poison["id"]])
         worker = learner.run("worker.py", endpoint, timeout=WORKER_TIMEOUT,

@@ -31,7 +31,7 @@ import pytest
 from retrylab.checks.jetstream_dlq import deliveries, lab, server
 from retrylab.background import Beside, without_step_clock
 from retrylab.checks.jetstream_dlq.catalog import tr
-from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
+from retrylab.checks.jetstream_dlq.run_setup import publish_after_setup, run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
 from retrylab.fixtures.jetstream_dlq import events
 from retrylab.fixtures.jetstream_dlq.taskproc_app import TaskprocApp
@@ -241,9 +241,9 @@ def observe_main(learner, nats_backend, cancelled=None) -> MainRun:
     batch = main_batch()
     cancelled = cancelled or threading.Event()
     with nats_backend.private() as endpoint, endpoint.admin() as admin:
-        server.create_events_stream(admin)
+        created = server.create_events_stream(admin)
         setup = run_setup_script(learner, endpoint, cancelled)
-        seqs = {e["id"]: admin.js_publish(lab.SUBJECT, events.payload(e))["seq"] for e in batch}
+        seqs = publish_after_setup(admin, created, batch)
         published_at = time.time()
         watch = AdvisoryWatch(endpoint, seqs[next(e["id"] for e in batch if e["kind"] == "poison")])
         with Beside(watch, "retrylab-advisories") as watcher:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.background import Beside, without_step_clock
-from retrylab.checks.jetstream_dlq import lab, server
+from retrylab.checks.jetstream_dlq import server
 from retrylab.checks.jetstream_dlq.run_late_service import idle_cpu
-from retrylab.checks.jetstream_dlq.run_setup import run_setup_script
+from retrylab.checks.jetstream_dlq.run_setup import publish_after_setup, run_setup_script
 from retrylab.checks.jetstream_dlq.runs import RUNS
 from retrylab.fixtures.jetstream_dlq import events
 from retrylab.fixtures.jetstream_dlq.taskproc_app import TaskprocApp
@@ -88,9 +88,9 @@ def observe_two_workers(learner, nats_backend, cancelled=None) -> TwoWorkersRun:
     cancelled = cancelled or threading.Event()
     app = TaskprocApp(published=batch)
     with nats_backend.private() as endpoint, endpoint.admin() as admin:
-        server.create_events_stream(admin)
+        created = server.create_events_stream(admin)
         setup = run_setup_script(learner, endpoint, cancelled)
-        seqs = {e["id"]: admin.js_publish(lab.SUBJECT, events.payload(e))["seq"] for e in batch}
+        seqs = publish_after_setup(admin, created, batch)
         finished = threading.Event()    # both runs are stopped together: their stops take their time at once
         other = Beside(lambda stop: without_step_clock(learner).run(
             "worker.py", endpoint, timeout=TIMEOUT + 2, app=app,
