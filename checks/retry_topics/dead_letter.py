@@ -36,9 +36,13 @@ def verify(main_run) -> None:
     if record.key != key(down):
         fail(tr("step6.key", id=label(down), where=record.where, got=records.shown(record.key),
                 expected=key(down).decode()))
+    raw = record.fields.get(lab.RETRY_TIMES)
+    got = records.shown("-" if raw is None else raw)
+    facts = dict(id=label(down), where=record.where, name=lab.RETRY_TIMES, got=got, expected=lab.MAX_ATTEMPTS)
+    if raw is not None and record.retry_times is None:    # there, but "--1", "²", NaN...: say so, not "not 3"
+        fail(tr("step6.retry_times_not_number", **facts))
     if record.retry_times != lab.MAX_ATTEMPTS:
-        fail(tr("step6.retry_times", id=label(down), where=record.where, name=lab.RETRY_TIMES,
-                got=records.shown(record.fields.get(lab.RETRY_TIMES, "-")), expected=lab.MAX_ATTEMPTS))
+        fail(tr("step6.retry_times", **facts))
     check_error(down, calls, record)
 
 

@@ -58,10 +58,10 @@ def retry_records(state, order: str, on: str = lab.RETRY_TOPIC) -> list:
 
 def due(run, order: str, failures: int) -> float | None:
     """nextRetryTime (epoch seconds) of the order's retry record with retryTimes = `failures`."""
-    times = [retry_field(run, r, lab.NEXT_RETRY_TIME) for r in retry_records(run.state, order)
+    times = [records.epoch_seconds(retry_field(run, r, lab.NEXT_RETRY_TIME)) for r in retry_records(run.state, order)
              if retry_field(run, r, lab.RETRY_TIMES) == failures]
-    times = [t for t in times if t is not None]
-    return min(times) / 1000 if times else None
+    times = [t for t in times if t is not None]     # no plausible time: nothing to be early for
+    return min(times) if times else None
 
 
 def early_retries(run) -> list[tuple[str, float, float]]:

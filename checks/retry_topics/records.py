@@ -10,17 +10,28 @@ What LAB.md accepts as a retry or DLQ record's shape:
 - a flat merge: the callback's own fields with the retry fields added.
 `retryTimes` and `nextRetryTime` are looked up in the headers first, then in the envelope; an integer, or
 its decimal text (a float with no fraction passes: JSON numbers from other languages).
+
+A learner's header is anything at all, so reading one never raises: decimal text is ASCII digits with an
+optional sign and spaces around ("-0", "+5" and " 5" read as 0, 5 and 5, as Java's Long.parseLong and
+Python's int read them); "--1", "²", "1_000", "1e3" and "NaN" are not whole numbers; nor is anything outside a
+signed 64-bit integer, the widest a client in any language writes a count or an epoch-ms time with (and no
+int() of 4300 digits or more, which Python refuses). `epoch_seconds` turns a nextRetryTime into seconds only
+when it is a plausible epoch-ms time, so no check divides an absurd value (a float overflows past 1e308).
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from retrylab.checks.retry_topics import lab
 
 BYTES, ENVELOPE, MERGED = "bytes", "envelope", "merged"
 SHOWN = 80                  # characters of a learner's value shown in a message
+WIDEST = 2 ** 63            # a whole number is within a signed 64-bit integer: [-WIDEST, WIDEST)
+LATEST_MS = 253_402_300_800_000     # 10000-01-01 in epoch ms: a due time at or past it is no time at all
+_DECIMAL = re.compile(r"[+-]?[0-9]{1,19}")   # 19 digits: every int64; ASCII only (str.isdigit takes "²")
 
 
 @dataclass(frozen=True)
@@ -60,15 +71,21 @@ class LabRecord:
 
 
 def whole_number(value) -> int | None:
+    """`value` (a decoded header or an envelope field) as an int, or None when it is not a whole number (the
+    module's docstring says which are)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return None
+        value = int(value)
+    elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+        value = int(value.strip())
+    return value if isinstance(value, int) and -WIDEST <= value < WIDEST else None
+
+
+def epoch_seconds(ms) -> float | None:
+    """A nextRetryTime (epoch milliseconds, as whole_number reads it) in epoch seconds; None when it is not a
+    plausible time: not a whole number, before 1970 or from the year 10000 on."""
+    return ms / 1000 if isinstance(ms, int) and not isinstance(ms, bool) and 0 <= ms < LATEST_MS else None
 
 
 def _json(data):

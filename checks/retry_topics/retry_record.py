@@ -35,11 +35,18 @@ def verify(main_run) -> None:
         if record.key != key(callback):
             fail(tr("step3.key", id=label(callback), where=record.where, got=records.shown(record.key),
                     expected=key(callback).decode()))
-        times = record.retry_times
-        if times != 1:
-            fail(tr("step3.retry_times", id=label(callback), where=record.where, name=lab.RETRY_TIMES,
-                    got=records.shown(record.fields.get(lab.RETRY_TIMES, "-"))))
+        check_retry_times(callback, record)
         check_next_time(main_run, callback, failure, record)
+
+
+def check_retry_times(callback, record) -> None:
+    raw = record.fields.get(lab.RETRY_TIMES)
+    got = records.shown("-" if raw is None else raw)
+    facts = dict(id=label(callback), where=record.where, name=lab.RETRY_TIMES, got=got)
+    if raw is not None and record.retry_times is None:    # there, but "--1", "²", NaN...: say so, not "not 1"
+        fail(tr("step3.retry_times_not_number", **facts))
+    if record.retry_times != 1:
+        fail(tr("step3.retry_times", **facts))
 
 
 def missing(main_run, callback) -> str:
@@ -53,16 +60,20 @@ def missing(main_run, callback) -> str:
 
 
 def check_next_time(main_run, callback, failure, record) -> None:
-    value = record.next_retry_time
-    if value is None:
-        fail(tr("step3.no_next_time", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME,
-                got=records.shown(record.fields.get(lab.NEXT_RETRY_TIME, "-"))))
+    raw = record.fields.get(lab.NEXT_RETRY_TIME)
+    if raw is None:
+        fail(tr("step3.no_next_time", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME, got="-"))
     expected = failure.t + lab.INTERVAL
+    value = record.next_retry_time
+    due = records.epoch_seconds(value)
+    if due is None:     # not a number, or one no clock reaches (the right time with 400 zeros after it)
+        fail(tr("step3.next_time_implausible", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME,
+                got=records.shown(raw), expected=int(expected * 1000)))
     others = main_run.retry_clock.advanced_between(timeline.real_time(failure), record.produced.at)
     low, high = expected - lab.NEXT_TIME_TOLERANCE, expected + lab.NEXT_TIME_TOLERANCE + others
-    if not low <= value / 1000 <= high:
-        seconds = abs(value) < SECONDS_NOT_MS
+    if not low <= due <= high:
+        seconds = value < SECONDS_NOT_MS
         fail(tr("step3.next_time_seconds" if seconds else "step3.next_time", id=label(callback), where=record.where,
                 name=lab.NEXT_RETRY_TIME, got=value, expected=int(expected * 1000),
-                difference=f"{value / 1000 - failure.t:+.0f}", interval=lab.RETRY_INTERVAL_MS,
+                difference=f"{due - failure.t:+.0f}", interval=lab.RETRY_INTERVAL_MS,
                 tolerance=f"{lab.NEXT_TIME_TOLERANCE:g}"))

@@ -117,7 +117,8 @@ class MainRun:
 
     def due_times(self) -> list[float]:
         """nextRetryTime (virtual epoch seconds) of every record on callbacks.retry."""
-        return [r.next_retry_time / 1000 for r in self.records(lab.RETRY_TOPIC) if r.next_retry_time is not None]
+        found = [records.epoch_seconds(r.next_retry_time) for r in self.records(lab.RETRY_TOPIC)]
+        return [t for t in found if t is not None]      # a learner's garbage is due at no time
 
     def ends(self) -> dict[tuple[str, int], int]:
         return pair.ends_of(list(self.placed))
