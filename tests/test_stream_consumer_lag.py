@@ -79,6 +79,19 @@ def test_a_whole_number_written_as_a_float_is_a_count():
     assert series.parse("1.0,12.0\n").samples[0].lag == 12
 
 
+@pytest.mark.parametrize("first", ["# t,lag", "#t,lag", "timestamp [s],lag [entries]", "\ufefft,lag",
+                                   "\ufeff# time, lag", "time (s), lag %"])
+def test_any_header_line_the_lab_allows_is_read_as_one(first):
+    # LAB.md allows "a header line", no format: these were garbage, and the step failed on them
+    parsed = series.parse(f"{first}\n1796160000.100,0\n1796160000.600,12\n")
+    assert parsed.header is not None and parsed.garbage == 0 and [s.lag for s in parsed.samples] == [0, 12]
+
+
+def test_a_byte_order_mark_before_the_first_sample_is_no_garbage():
+    parsed = series.parse("\ufeff1796160000.100,0\n1796160000.600,12\n")
+    assert parsed.header is None and parsed.garbage == 0 and len(parsed.samples) == 2
+
+
 def test_a_header_counts_only_as_the_first_line():
     parsed = series.parse("1796160000.0,0\nt,lag\n")
     assert parsed.header is None and parsed.garbage == 1 and parsed.first_bad.why == "time"
@@ -384,3 +397,26 @@ def test_a_run_past_its_bound_without_a_group_is_stopped_after_the_quiet_time(mo
     assert stop.check(SimpleNamespace()) is None
     now[0] = 16.0
     assert stop.check(SimpleNamespace()) is not None
+
+
+@pytest.mark.parametrize("command, changes", [
+    (b"XADD metrics:lag MAXLEN ~ 1000 * t 1 lag 3", False),     # a key of lag.py's own: its series, recorded
+    (b"DEL metrics:lag", False),
+    (b"EVAL_RO return 1 1 orders", False),                     # a read-only script cannot write
+    (b"XINFO GROUPS orders", False),
+    (b"XGROUP CREATE orders workers 0", False),
+    (b"XADD orders * order_id x", True),
+    (b"XTRIM orders MAXLEN 0", True),
+    (b"XACK orders workers 1-0", True),
+    (b"DEL metrics:lag orders", True),
+    (b"RENAME orders elsewhere", True),
+    (b"COPY elsewhere orders REPLACE", True),
+    (b"XREADGROUP GROUP workers lag COUNT 1 STREAMS orders >", True),
+    (b"XGROUP SETID orders workers $", True),
+    (b"EVAL return 1 0", True),
+    (b"FLUSHDB", True),
+])
+def test_lag_py_may_write_keys_of_its_own_but_not_the_stream_it_measures(command, changes):
+    from retrylab.checks.stream_consumer.test_step5_lag import changes_the_lag
+    args = tuple(command.split())
+    assert changes_the_lag(args[0].decode().upper(), args) is changes

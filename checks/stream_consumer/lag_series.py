@@ -101,10 +101,13 @@ def read_lag(text: str) -> int | None:
     return int(value)
 
 
-def _is_header(fields: list[str]) -> bool:
-    """Two names, neither a time nor a number: `t,lag`, `time,lag`, `timestamp, lag` ..."""
-    return len(fields) == 2 and all(f.strip() and _number(f) is None and read_time(f) is None
-                                    and re.match(r"^[A-Za-z_][\w ()/.-]*$", f.strip()) for f in fields)
+def _is_header(text: str) -> bool:
+    """A comment line (`# t,lag`), or two names, neither a time nor a number: `t,lag`, `time,lag`,
+    `timestamp, lag`, `timestamp [s],lag [entries]` ..."""
+    fields = text.split(",")
+    return text.startswith("#") or len(fields) == 2 and all(
+        f.strip() and _number(f) is None and read_time(f) is None
+        and re.match(r"^[^\W\d][\w ()\[\]/.%-]*$", f.strip()) for f in fields)
 
 
 def parse(stdout: str) -> Series:
@@ -139,11 +142,13 @@ def parse(stdout: str) -> Series:
         if _ELIDED.match(text):
             elided = True
             continue
-        fields = text.split(",")
         first_content, seen_content = not seen_content, True
-        if first_content and _is_header(fields):
-            header = shown(text)
-            continue
+        if first_content:
+            text = text.removeprefix("\ufeff").strip()     # a byte order mark some writers put first
+            if _is_header(text):
+                header = shown(text)
+                continue
+        fields = text.split(",")
         if len(fields) != 2:
             bad(number, text, "fields")
             continue
