@@ -179,3 +179,11 @@ def test_due_times_and_durable_due_skip_what_is_no_time():
     assert DurableRun.due_times(durable_run) == [NOW_MS / 1000]
     assert durability.due(durable_run, down["orderId"], 1) is None
     assert durability.due(durable_run, down["orderId"], 2) == NOW_MS / 1000
+
+
+def test_of_a_header_given_more_than_once_the_last_value_is_read():
+    # a retry consumer that keeps the headers it read and appends the new ones (Kafka's Headers.lastHeader reads
+    # them): the first value was read, so its DLQ record had retryTimes 1 and the first attempt's error
+    record = types.SimpleNamespace(headers=[("retryTimes", b"1"), ("lastError", b"call 1"), ("retryTimes", b"2"),
+                                      ("lastError", b"call 2"), ("retryTimes", "3"), ("lastError", b"call 3")])
+    assert records._headers(record) == {"retryTimes": "3", "lastError": "call 3"}

@@ -96,10 +96,11 @@ def _json(data):
 
 
 def _headers(record) -> dict:
-    found = {}
-    for name, value in record.headers:
-        found.setdefault(name, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
-    return found
+    """The record's headers by name; of a name given more than once, the last value, as Kafka's own reading
+    (Java's Headers.lastHeader) and Python's dict(msg.headers()) take it: a retry consumer that keeps the headers
+    it read and appends the new retryTimes, or a history of lastError, means its last one."""
+    return {name: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            for name, value in record.headers}
 
 
 def recognise(record, published: list[dict]) -> LabRecord:
