@@ -39,10 +39,21 @@ def test_whole_number_reads_decimal_text_within_64_bits_and_nothing_else(value, 
 @pytest.mark.parametrize("ms, expected", [
     (NOW_MS, NOW_MS / 1000), (0, 0.0), (records.LATEST_MS - 1, (records.LATEST_MS - 1) / 1000),
     (records.LATEST_MS, None), (-1, None), (2 ** 63 - 1, None), (10 ** 412, None),
-    (records.whole_number(FAR), None), (None, None), (True, None), (float("nan"), None), (1.7e12, None),
+    (records.whole_number(FAR), None), (None, None), (True, None), (float("nan"), None), (1.7e12, 1.7e9),
+    (NOW_MS + 0.5, (NOW_MS + 0.5) / 1000), (float("inf"), None), (-0.5, None),
 ])
 def test_epoch_seconds_converts_only_a_plausible_epoch_ms_time(ms, expected):
     assert records.epoch_seconds(ms) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("1796833011364", 1796833011364), ("1796833011364.5784", 1796833011364.5784), (" 17.5 ", 17.5),
+    (1796833011364.5784, 1796833011364.5784), ("1.", None), (".5", None), ("1.5e3", None), ("1,5", None),
+    ("1.0000000001", None), ("NaN", None), (float("nan"), None), (1e300, None), ("--1", None), (True, None),
+])
+def test_epoch_ms_takes_a_fraction_of_a_millisecond(value, expected):
+    # `time.time() * 1000 + interval` is epoch ms: it was "not a plausible epoch-milliseconds time", 4 ms off
+    assert records.epoch_ms(value) == expected
 
 
 def _record(topic: str, callback: dict, headers: dict, offset: int = 0) -> KafkaRecord:
@@ -116,6 +127,8 @@ def test_step3_next_time_in_seconds_or_absent_keeps_its_own_message():
         retry_record.check_next_time(main_run, callback, _failure(), absent)
     right = _lab_record(lab.RETRY_TOPIC, callback, {lab.NEXT_RETRY_TIME: str(NOW_MS)}, at=NOW_MS / 1000)
     retry_record.check_next_time(main_run, callback, _failure(), right)
+    fraction = _lab_record(lab.RETRY_TOPIC, callback, {lab.NEXT_RETRY_TIME: f"{NOW_MS - 4}.5784"}, at=NOW_MS / 1000)
+    retry_record.check_next_time(main_run, callback, _failure(), fraction)
 
 
 def _calls(callback, *times, error="NotifyError: down"):

@@ -45,8 +45,9 @@ def expected_calls(run, order: str) -> int:
 
 # -- the retry fields of a record (records.py reads every shape LAB.md accepts) ---------------------------
 
-def retry_field(run, record, name: str) -> int | None:
-    return records.whole_number(records.recognise(record, list(run.published)).fields.get(name))
+def retry_field(run, record, name: str) -> int | float | None:
+    value = records.recognise(record, list(run.published)).fields.get(name)
+    return records.epoch_ms(value) if name == lab.NEXT_RETRY_TIME else records.whole_number(value)
 
 
 def retry_records(state, order: str, on: str = lab.RETRY_TOPIC) -> list:

@@ -15,8 +15,9 @@ A learner's header is anything at all, so reading one never raises: decimal text
 optional sign and spaces around ("-0", "+5" and " 5" read as 0, 5 and 5, as Java's Long.parseLong and
 Python's int read them); "--1", "²", "1_000", "1e3" and "NaN" are not whole numbers; nor is anything outside a
 signed 64-bit integer, the widest a client in any language writes a count or an epoch-ms time with (and no
-int() of 4300 digits or more, which Python refuses). `epoch_seconds` turns a nextRetryTime into seconds only
-when it is a plausible epoch-ms time, so no check divides an absurd value (a float overflows past 1e308).
+int() of 4300 digits or more, which Python refuses). A nextRetryTime may also have a fraction of a millisecond
+(`epoch_ms`: `time.time() * 1000 + interval` is epoch ms too). `epoch_seconds` turns it into seconds only when it
+is a plausible epoch-ms time, so no check divides an absurd value (a float overflows past 1e308).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ SHOWN = 80                  # characters of a learner's value shown in a message
 WIDEST = 2 ** 63            # a whole number is within a signed 64-bit integer: [-WIDEST, WIDEST)
 LATEST_MS = 253_402_300_800_000     # 10000-01-01 in epoch ms: a due time at or past it is no time at all
 _DECIMAL = re.compile(r"[+-]?[0-9]{1,19}")   # 19 digits: every int64; ASCII only (str.isdigit takes "²")
+_DECIMAL_FRACTION = re.compile(r"[+-]?[0-9]{1,19}\.[0-9]{1,9}")   # epoch ms with a fraction of a millisecond
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,8 @@ class LabRecord:
         return whole_number(self.fields.get(lab.RETRY_TIMES))
 
     @property
-    def next_retry_time(self) -> int | None:
-        return whole_number(self.fields.get(lab.NEXT_RETRY_TIME))
+    def next_retry_time(self) -> int | float | None:
+        return epoch_ms(self.fields.get(lab.NEXT_RETRY_TIME))
 
     def texts(self) -> list[str]:
         """Every header value and envelope field as text: where an error's text may be."""
@@ -82,10 +84,24 @@ def whole_number(value) -> int | None:
     return value if isinstance(value, int) and -WIDEST <= value < WIDEST else None
 
 
+def epoch_ms(value) -> int | float | None:
+    """A nextRetryTime as a number of milliseconds: a whole number as whole_number reads it, or one with a fraction
+    of a millisecond (`time.time() * 1000 + interval`, Python's own way to write it, is epoch ms too); None else."""
+    whole = whole_number(value)
+    if whole is not None:
+        return whole
+    if isinstance(value, float) and math.isfinite(value) and -WIDEST <= value < WIDEST:
+        return value
+    if isinstance(value, str) and _DECIMAL_FRACTION.fullmatch(value.strip()):
+        return float(value.strip())
+    return None
+
+
 def epoch_seconds(ms) -> float | None:
-    """A nextRetryTime (epoch milliseconds, as whole_number reads it) in epoch seconds; None when it is not a
-    plausible time: not a whole number, before 1970 or from the year 10000 on."""
-    return ms / 1000 if isinstance(ms, int) and not isinstance(ms, bool) and 0 <= ms < LATEST_MS else None
+    """A nextRetryTime (epoch milliseconds, as epoch_ms reads it) in epoch seconds; None when it is not a
+    plausible time: not a number, before 1970 or from the year 10000 on."""
+    plausible = isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 <= ms < LATEST_MS   # False for NaN
+    return ms / 1000 if plausible else None
 
 
 def _json(data):
