@@ -430,7 +430,7 @@ LONGEST_SLEEP = 2**63 / 1e9
 def _seconds(value) -> float:
     """A reported sleep's seconds; NaN, infinite or longer than any sleep is malformed (a forged request), and would
     have moved the run's clock out of any date's range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value < LONGEST_SLEEP:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -LONGEST_SLEEP < value < LONGEST_SLEEP:
         raise ChannelError("bad_seconds")
     return max(0.0, float(value))
 

@@ -123,6 +123,7 @@ def test_procfs_reads_waits_for_a_cpu_from_the_kernel():
     (_frame(b'{"op": "advance", "seconds": Infinity}'), "bad_seconds"),     # the run's clock out of any date's range
     (_frame(json.dumps({"op": "advance", "seconds": 1e300}).encode()), "bad_seconds"),
     (_frame(json.dumps({"op": "advance", "seconds": 10 ** 400}).encode()), "bad_seconds"),
+    (_frame(json.dumps({"op": "advance", "seconds": -10 ** 400}).encode()), "bad_seconds"),
     (struct.pack(">I", MAX_FRAME + 1) + b"x" * 100, "oversized"),
     (b"\xff\xff\xff\xff" + b"random bytes", "oversized"),
 ])

@@ -108,18 +108,18 @@ def _event_wait(self, timeout=None):
     # `stop.wait(backoff)` is a common way to sleep interruptibly: treat a timeout as a virtual sleep.
     if timeout is None or _real_event_wait(self, 0):
         return _real_event_wait(self, timeout)
-    sleep(max(0.0, float(timeout)))
+    seconds = _sleep_seconds(timeout) if not (isinstance(timeout, (int, float)) and timeout < 0) else 0.0
+    if seconds is None:     # not a number, NaN, too long: as the real wait takes it (it raises, or waits)
+        return _real_event_wait(self, timeout)
+    sleep(seconds)
     return _real_event_wait(self, 0)
 
 
 async def _asyncio_sleep(delay, result=None):
-    try:
-        seconds = float(delay)
-    except (TypeError, ValueError, OverflowError):
-        seconds = math.nan
-    if not seconds < _LONGEST_SLEEP:
-        # not a number, infinite or longer than any clock: asyncio's own sleep raises or waits for ever, as it would
-        # without the harness; the run's clock cannot move by such an amount
+    seconds = _sleep_seconds(delay)
+    if seconds is None:
+        # not a number (text too: asyncio compares it with 0 and raises), NaN, infinite, longer than any clock, or
+        # negative: asyncio's own sleep raises, waits for ever or returns at once, as it would without the harness
         return await _real_asyncio_sleep(delay, result)
     advance(seconds)
     return await _real_asyncio_sleep(0, result)
