@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from retrylab import i18n
-from retrylab.brokers.nats.admin import NatsError
+from retrylab.brokers.nats.admin import JetStreamError, NatsError
 from retrylab.brokers.nats.backend import NatsServerBackend
 from retrylab.checks.jetstream_dlq import lab, server
 from retrylab.checks.jetstream_dlq.run_main import main_batch
@@ -114,6 +114,16 @@ def test_a_server_that_does_not_answer_the_harness_is_no_verdict_on_the_learner(
     assert server.refused_by(admin, created, lost) is None
     with pytest.raises(NatsError):
         publish_after_setup(PublishFails(admin, lost), created, main_batch())
+
+
+def test_a_harmless_change_and_a_lost_answer_stay_the_harness_s_error(admin):
+    # a busy machine's lost answer was blamed on any change to EVENTS ("setup.py changed its settings")
+    created = server.create_events_stream(admin)
+    admin.js(f"STREAM.UPDATE.{lab.STREAM}", {**created["config"], "duplicate_window": 60_000_000_000})
+    lost = NatsError("no answer from the server in 5 s (waiting for a reply on events.created)")
+    assert server.refused_by(admin, created, lost) is None
+    refused = JetStreamError(503, 10077, "maximum messages exceeded")
+    assert server.refused_by(admin, created, refused).kind == "changed"     # the server's own refusal
 
 
 def test_a_deleted_stream_is_the_learner_s_doing(admin):

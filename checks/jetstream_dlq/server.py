@@ -62,7 +62,11 @@ def refused_by(admin, created: dict, error: NatsError) -> Refusal | None:
         return None
     if after.get("sealed") and not before.get("sealed"):
         return Refusal("sealed")
-    return Refusal("changed", changes=tuple(changes[:CHANGES_SHOWN]), error=str(error))
+    # a refusal from the server follows from the changed settings (limits, discard policy); no answer at all only
+    # from a stream that acks nothing: else it is a busy machine's or a broker's failure, not the learner's doing
+    if isinstance(error, JetStreamError) or (after.get("no_ack") and not before.get("no_ack")):
+        return Refusal("changed", changes=tuple(changes[:CHANGES_SHOWN]), error=str(error))
+    return None
 
 
 def taken_elsewhere(ack: dict) -> Refusal | None:
