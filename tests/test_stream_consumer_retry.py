@@ -439,3 +439,19 @@ def test_the_constant_consumer_polling_through_blocking_reads_is_still_claimed_w
     first, second = redelivery.redeliveries(calls, commands, ENTRY)
     assert (first.eager, second.eager) == (True, True)
     assert not redelivery.waits_grow(first, second)
+
+
+def test_a_long_field_keeps_its_start_and_its_end():
+    # a dead letter's error written as a whole traceback: the exception's text comes last
+    from retrylab.checks.stream_consumer import streams
+    traceback = b"Traceback (most recent call last):\n" + b"  File x\n" * 1000 + b"EffectError: order ord-1 declined"
+    entry = streams.Entry(b"1-0", {b"error": streams._cut(traceback), b"order_id": b"ord-1"})
+    assert entry.value("error").endswith("EffectError: order ord-1 declined") and entry.value("order_id") == "ord-1"
+    assert len(entry.fields[b"error"]) < streams.MAX_FIELD_BYTES + 16 and entry.get("error").startswith("Traceback")
+
+
+def test_verify_lists_a_few_field_names_of_a_dead_letter_with_thousands():
+    from retrylab.checks.stream_consumer import streams, verifiers
+    entry = streams.Entry(b"1-0", {f"note{i}".encode(): b"x" for i in range(20_000)})
+    said = verifiers.dead_letter_problem(entry, set(), None)
+    assert "note0" in said and len(said) < 2000, len(said)

@@ -12,7 +12,7 @@ import redis
 from retrylab.checks.stream_consumer import lab
 
 MAX_ENTRIES = 2000          # of one stream read at once; the lab's runs add a few hundred at most
-MAX_FIELD_BYTES = 4096      # a field value longer than this is kept cut (it can only fail a comparison)
+MAX_FIELD_BYTES = 4096      # a field value longer than this is kept cut: its start and its end
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,8 @@ class Entry:
         return None if value is None else text(value)
 
     def value(self, name: str) -> str | None:
-        """The field's text to compare: as stored, up to MAX_FIELD_BYTES (a dead letter's error may be a whole
-        traceback, whose exception text comes last)."""
+        """The field's text to compare: as stored, a long one its start and its end (a dead letter's error may
+        be a whole traceback, whose exception text comes last)."""
         value = self.fields.get(name.encode())
         return None if value is None else value.decode("utf-8", "backslashreplace")
 
@@ -91,8 +91,17 @@ def entries(client: redis.Redis, key: str, *, start: bytes | str = "-", count: i
         fields = fields or {}
         # every field: a legitimate dead letter may add many of its own before the lab's (the reply is in memory
         # already; only each value is cut)
-        found.append(Entry(entry_id, {k: v[:MAX_FIELD_BYTES] for k, v in fields.items()}))
+        found.append(Entry(entry_id, {k: _cut(v) for k, v in fields.items()}))
     return found
+
+
+def _cut(value: bytes) -> bytes:
+    """A field's value, bounded: a long one keeps its start and its end (a traceback's exception text comes
+    last), with a gap no comparison can match across."""
+    if len(value) <= MAX_FIELD_BYTES:
+        return value
+    half = MAX_FIELD_BYTES // 2
+    return value[:half] + b"\n[...]\n" + value[-half:]
 
 
 SNAPSHOT_TRIES = 4          # reads of a group's state before one that moved while it was read is taken as is

@@ -33,6 +33,7 @@ from retrylab.verify import CannotCheck, Live, StepVerifier
 
 SCRIPT_LIMIT = 1 << 20      # bytes: a learner's script is a few kilobytes; a larger "script" is not one
 ENTRIES_READ = 100          # dead letters and refusals read; the lab leaves one or a few
+FIELDS_SHOWN = 12           # field names a message lists: a learner's entry may have thousands
 ENTRY_ID = re.compile(r"^\d+-\d+$")
 
 
@@ -149,7 +150,8 @@ def dead_letter_problem(entry: streams.Entry, pending_ids: set[bytes], source: s
     shown = streams.text(entry.id)
     missing = [name for name in lab.DLQ_FIELDS if name not in {k.decode("utf-8", "replace") for k in entry.fields}]
     if missing:
-        fields = ", ".join(sorted(streams.text(k, 40) for k in entry.fields)) or tr("verify.no_fields")
+        names = sorted(streams.text(k, 40) for k in entry.fields)
+        fields = ", ".join(names[:FIELDS_SHOWN]) + (", ..." if len(names) > FIELDS_SHOWN else "") or tr("verify.no_fields")
         return tr("verify.dlq_lacks", id=shown, missing=", ".join(missing), fields=fields)
     error = entry.get("error") or ""
     if not error.strip():
