@@ -151,7 +151,8 @@ def dead_letter_problem(entry: streams.Entry, pending_ids: set[bytes], source: s
     missing = [name for name in lab.DLQ_FIELDS if name not in {k.decode("utf-8", "replace") for k in entry.fields}]
     if missing:
         names = sorted(streams.text(k, 40) for k in entry.fields)
-        fields = ", ".join(names[:FIELDS_SHOWN]) + (", ..." if len(names) > FIELDS_SHOWN else "") or tr("verify.no_fields")
+        more = ", ..." if len(names) > FIELDS_SHOWN else ""
+        fields = ", ".join(names[:FIELDS_SHOWN]) + more or tr("verify.no_fields")
         return tr("verify.dlq_lacks", id=shown, missing=", ".join(missing), fields=fields)
     error = entry.get("error") or ""
     if not error.strip():
