@@ -45,9 +45,9 @@ def expected_calls(run, order: str) -> int:
 
 # -- the retry fields of a record (records.py reads every shape LAB.md accepts) ---------------------------
 
-def retry_field(run, record, name: str) -> int | float | None:
-    value = records.recognise(record, list(run.published)).fields.get(name)
-    return records.epoch_ms(value) if name == lab.NEXT_RETRY_TIME else records.whole_number(value)
+def lab_record(run, record) -> records.LabRecord:
+    """`record` with its retry fields read (its retry_times, next_retry_time and due)."""
+    return records.recognise(record, list(run.published))
 
 
 def retry_records(state, order: str, on: str = lab.RETRY_TOPIC) -> list:
@@ -59,9 +59,8 @@ def retry_records(state, order: str, on: str = lab.RETRY_TOPIC) -> list:
 
 def due(run, order: str, failures: int) -> float | None:
     """nextRetryTime (epoch seconds) of the order's retry record with retryTimes = `failures`."""
-    times = [records.epoch_seconds(retry_field(run, r, lab.NEXT_RETRY_TIME)) for r in retry_records(run.state, order)
-             if retry_field(run, r, lab.RETRY_TIMES) == failures]
-    times = [t for t in times if t is not None]     # no plausible time: nothing to be early for
+    read = [lab_record(run, r) for r in retry_records(run.state, order)]
+    times = [r.due for r in read if r.retry_times == failures and r.due is not None]  # no time: nothing to be early for
     return min(times) if times else None
 
 
@@ -108,9 +107,9 @@ def _source(run, script: str, record) -> tuple[str, int, int] | None:
     if script == lab.MAIN_SCRIPT:
         where = run.landed.get(order)
         return (lab.TOPIC, *where) if where else None
-    failures = retry_field(run, record, lab.RETRY_TIMES)
+    failures = lab_record(run, record).retry_times
     earlier = [r for r in retry_records(run.state, order)
-               if failures is not None and retry_field(run, r, lab.RETRY_TIMES) == failures - 1]
+               if failures is not None and lab_record(run, r).retry_times == failures - 1]
     return (lab.RETRY_TOPIC, earlier[0].partition, earlier[0].offset) if earlier else None
 
 

@@ -63,6 +63,11 @@ class LabRecord:
     def next_retry_time(self) -> int | float | None:
         return epoch_ms(self.fields.get(lab.NEXT_RETRY_TIME))
 
+    @property
+    def due(self) -> float | None:
+        """nextRetryTime in epoch seconds; None when it is no plausible time (a learner's garbage is due at none)."""
+        return epoch_seconds(self.next_retry_time)
+
     def texts(self) -> list[str]:
         """Every header value and envelope field as text: where an error's text may be."""
         return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in self.fields.values()]

@@ -65,7 +65,7 @@ def check_next_time(main_run, callback, failure, record) -> None:
         fail(tr("step3.no_next_time", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME, got="-"))
     expected = failure.t + lab.INTERVAL
     value = record.next_retry_time
-    due = records.epoch_seconds(value)
+    due = record.due
     if due is None:     # not a number, or one no clock reaches (the right time with 400 zeros after it)
         fail(tr("step3.next_time_implausible", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME,
                 got=records.shown(raw), expected=int(expected * 1000)))

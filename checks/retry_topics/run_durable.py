@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pytest
 
 from retrylab.brokers.kafka.state import KafkaState, read_state
-from retrylab.checks.retry_topics import durability, lab, pair, records, waiting
+from retrylab.checks.retry_topics import durability, lab, pair, waiting
 from retrylab.checks.retry_topics.clock import pair_clocks
 from retrylab.checks.retry_topics.hangs import HangingRetries
 from retrylab.checks.retry_topics.runs import RUNS
@@ -108,10 +108,9 @@ class DurableRun:
 
     def due_times(self) -> list[float]:
         """nextRetryTime (virtual epoch seconds) of every record on callbacks.retry."""
-        found = [durability.retry_field(self, r, lab.NEXT_RETRY_TIME) for c in self.published
+        found = [durability.lab_record(self, r).due for c in self.published
                  for r in durability.retry_records(self.state, c["orderId"])] if self.state is not None else []
-        found = [records.epoch_seconds(t) for t in found]
-        return [t for t in found if t is not None]      # a learner's garbage is due at no time
+        return [t for t in found if t is not None]
 
     @property
     def missing(self) -> str | None:

@@ -117,8 +117,7 @@ class MainRun:
 
     def due_times(self) -> list[float]:
         """nextRetryTime (virtual epoch seconds) of every record on callbacks.retry."""
-        found = [records.epoch_seconds(r.next_retry_time) for r in self.records(lab.RETRY_TOPIC)]
-        return [t for t in found if t is not None]      # a learner's garbage is due at no time
+        return [r.due for r in self.records(lab.RETRY_TOPIC) if r.due is not None]
 
     def ends(self) -> dict[tuple[str, int], int]:
         return pair.ends_of(list(self.placed))

@@ -7,7 +7,7 @@ the shared virtual clock's, on which a correct retry consumer's sleep ends exact
 TOLERANCE only absorbs rounding to whole milliseconds."""
 from __future__ import annotations
 
-from retrylab.checks.retry_topics import lab, observe, records
+from retrylab.checks.retry_topics import lab, observe
 from retrylab.checks.retry_topics.catalog import tr
 from retrylab.fixtures.retry_topics.callbacks import label
 from retrylab.verdict import fail
@@ -29,7 +29,7 @@ def verify(main_run) -> None:
         for number, call in enumerate(main_run.calls_of(callback, main_run.retry), 1):
             # a nextRetryTime that is no plausible time ("--1", 400 zeros too many) gives no due time to wait
             # for: step 3 reports consumer.py's; a wrong interval between the attempts is still caught below
-            due = records.epoch_seconds(own[number - 1].next_retry_time) if number <= len(own) else None
+            due = own[number - 1].due if number <= len(own) else None
             if due is not None and call.t < due - TOLERANCE:
                 fail(tr("step4.early", id=label(callback), number=number, where=own[number - 1].where,
                         early=f"{due - call.t:.0f}", name=lab.NEXT_RETRY_TIME))
