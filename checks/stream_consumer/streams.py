@@ -21,8 +21,8 @@ class Entry:
     fields: dict[bytes, bytes]
 
     def get(self, name: str) -> str | None:
-        """The field's text to show: cut to 200 characters."""
-        value = self.fields.get(name.encode())
+        """The field's text to show: value() cut to 200 characters."""
+        value = self.value(name)
         return None if value is None else text(value)
 
     def value(self, name: str) -> str | None:
