@@ -289,9 +289,14 @@ def csv_cell(value):
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
+def json_gradebook(out: Path) -> bool:
+    """Whether the gradebook at `out` is JSON (its ids as they are); else CSV (each id a csv_cell)."""
+    return Path(out).suffix.lower() == ".json"
+
+
 def write_gradebook(out: Path, rows: list[dict], config: BatchConfig) -> None:
     out = Path(out)
-    if out.suffix.lower() == ".json":
+    if json_gradebook(out):
         data = {"exercise": config.exercise_id, "backend": config.backend, "harness_version": __version__,
                 "columns": columns(config.exercise), "submissions": rows}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"

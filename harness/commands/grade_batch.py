@@ -108,8 +108,8 @@ def _check_submissions(directory: Path, exercise, out: Path) -> list:
                          " (hidden and tool folders such as __pycache__ are skipped)")
     # a name that is not UTF-8 is written with \xNN escapes, which another name may spell out; and the CSV
     # gradebook escapes control characters and puts an apostrophe before a formula (`=x` and `'=x` are one cell)
-    shown = batch.csv_cell if out.suffix.lower() != ".json" else (lambda submission_id: submission_id)
-    for id_of in ((lambda s: s.id), (lambda s: shown(s.id))):
+    readings = [lambda s: s.id] + ([] if batch.json_gradebook(out) else [lambda s: batch.csv_cell(s.id)])
+    for id_of in readings:
         first: dict[str, Path] = {}
         for submission in submissions:
             other = first.setdefault(id_of(submission), submission.path)
