@@ -45,6 +45,8 @@ from typing import Any, Protocol
 
 from retrylab import i18n, procfs
 from retrylab.calllog import BYTES, CALLS, MALFORMED, Call, CallRecord, RecordLimit
+# the longest sleep a learner's process can report: time.sleep refuses a longer one
+from retrylab.learner_site.virtual_clock import LONGEST_SLEEP
 
 MAX_FRAME = 128 << 10        # bytes of one request: an argument of 32 KiB, escaped, and room to spare
 MAX_CALLS = 10_000           # calls in one run; more is a flood, and the run is stopped
@@ -421,10 +423,6 @@ def _cpu_waited(peer: int | None) -> float | None:
     if learner is None:
         return None
     return learner + (procfs.own_cpu_wait() or 0.0) + procfs.steal()
-
-
-# The longest sleep a learner's process can report: time.sleep refuses a longer one (learner_site.virtual_clock).
-LONGEST_SLEEP = 2**63 / 1e9
 
 
 def _seconds(value) -> float:

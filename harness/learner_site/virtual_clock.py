@@ -34,7 +34,7 @@ _real_event_wait = threading.Event.wait
 # CPU instead of spinning, yet costs about a millisecond per virtual second.
 _REAL_PAUSE = 0.001
 # The longest time.sleep takes: its clock counts nanoseconds in 64 bits, and a longer sleep is an OverflowError.
-_LONGEST_SLEEP = 2**63 / 1e9
+LONGEST_SLEEP = 2**63 / 1e9
 
 
 def advance(seconds: float) -> None:
@@ -74,7 +74,7 @@ def _sleep_seconds(seconds) -> float | None:
             value = operator.index(seconds)
         except TypeError:
             return None
-    return float(value) if 0 <= value < _LONGEST_SLEEP else None     # False for NaN
+    return float(value) if 0 <= value < LONGEST_SLEEP else None     # False for NaN
 
 
 def sleep(seconds) -> None:
@@ -108,7 +108,8 @@ def _event_wait(self, timeout=None):
     # `stop.wait(backoff)` is a common way to sleep interruptibly: treat a timeout as a virtual sleep.
     if timeout is None or _real_event_wait(self, 0):
         return _real_event_wait(self, timeout)
-    seconds = _sleep_seconds(timeout) if not (isinstance(timeout, (int, float)) and timeout < 0) else 0.0
+    negative = isinstance(timeout, (int, float)) and timeout < 0     # no wait, as threading takes it
+    seconds = 0.0 if negative else _sleep_seconds(timeout)
     if seconds is None:     # not a number, NaN, too long: as the real wait takes it (it raises, or waits)
         return _real_event_wait(self, timeout)
     sleep(seconds)
