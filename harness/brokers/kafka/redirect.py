@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from retrylab.learner_site.client_waits import real_waits, virtual_clock
 from retrylab.learner_site.import_hooks import after_import
 
 _TLS_SASL = ("ssl.", "sasl.")
@@ -59,12 +60,6 @@ _SPEEDUP = 200      # a slice is the step / _SPEEDUP: polls with short timeouts 
 _STEP_MAX = 1.0     # virtual seconds after each empty slice, at most
 
 
-def _virtual_clock():
-    """The learner site's virtual clock, if this process runs on it (not on a run on real time)."""
-    from retrylab.learner_site import virtual_clock
-    return virtual_clock if time.sleep is virtual_clock.sleep else None
-
-
 def _step(session_ms) -> float:
     """The clock's step after an empty slice. kafka-python and aiokafka time their heartbeats and session
     on the process's monotonic clock, which follows the virtual one: a step of a sixth of the session
@@ -81,7 +76,7 @@ def _paused_polls(timeout, paused, step: float):
     returned anything; it ends when the caller is to return the last poll's result (something came, or
     the timeout passed on the run's clock). A consumer resumed meanwhile (by another thread) waits the
     rest in real time."""
-    clock = _virtual_clock()
+    clock = virtual_clock()
     if (clock is None or isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not 0 < timeout < math.inf or not paused()):
         return None
@@ -264,7 +259,7 @@ def _patch_kafka_python(module, bootstrap: str, session_ms: int) -> None:
     _patch_classes([(getattr(module, "KafkaProducer", None), False), (consumer, True),
                     (getattr(module, "KafkaAdminClient", None), False), (getattr(module, "KafkaClient", None), False)],
                    bootstrap, session_ms)
-    _real_waits("kafka")
+    real_waits("kafka")
     if consumer is None or getattr(consumer.poll, "_retrylab", False):
         return
     original = consumer.poll
@@ -284,55 +279,12 @@ def _patch_kafka_python(module, bootstrap: str, session_ms: int) -> None:
     consumer.poll = poll
 
 
-def _real_waits(package: str) -> None:
-    """Give the package's modules a `threading` whose Event waits in real time and, on the virtual clock, a
-    `time` and an `asyncio` whose sleep is real: the client's own waits are not the learner's.
-    The virtual clock makes a timed Event.wait a virtual sleep (learner code's `stop.wait(backoff)`);
-    kafka-python waits that way for its own I/O thread (flush, send().get(), metadata before a send), which
-    then failed at once. Its idle polls and retries sleep a backoff, and aiokafka's heartbeat task sleeps its
-    interval in a loop: on the virtual clock each moved the run's clock on (measured: an idle aiokafka
-    consumer moved it 46 s in 3.6 s), time no learner code waited for."""
-    import sys
-    import types
-
-    class Event(threading.Event):
-        def wait(self, timeout=None):   # CPython's own Event.wait
-            with self._cond:
-                signaled = self._flag
-                if not signaled:
-                    signaled = self._cond.wait(timeout)
-                return signaled
-
-    def shim(module, **real):
-        copy = types.ModuleType(module.__name__)
-        copy.__dict__.update(module.__dict__)
-        copy.__dict__.update(real)
-        return copy
-
-    shims = {"threading": (threading, shim(threading, Event=Event))}
-    clock = _virtual_clock()
-    if clock is not None:
-        # and a real monotonic clock: a client times its heartbeats, session and max.poll.interval by it,
-        # and another process's jump of the run's clock (a retry consumer sleeping ten minutes, seen here at
-        # the next reply of the application channel) made aiokafka leave its group (measured)
-        shims["time"] = (time, shim(time, sleep=clock._real_sleep, monotonic=clock._real_monotonic,
-                                    monotonic_ns=clock._real_monotonic_ns))
-        asyncio = sys.modules.get("asyncio")    # not imported: no module of the package uses it
-        if asyncio is not None and getattr(clock, "_real_asyncio_sleep", None) is not None:
-            shims["asyncio"] = (asyncio, shim(asyncio, sleep=clock._real_asyncio_sleep))
-    for name, module in list(sys.modules.items()):
-        if name == package or name.startswith(package + "."):
-            for attribute, (real, replacement) in shims.items():
-                if getattr(module, attribute, None) is real:
-                    setattr(module, attribute, replacement)
-
-
 def _patch_aiokafka(module, bootstrap: str, session_ms: int) -> None:
     # the producer, the consumer and the admin client all bootstrap through AIOKafkaClient
     consumer = getattr(module, "AIOKafkaConsumer", None)
     _patch_classes([(getattr(module, "AIOKafkaClient", None), False), (getattr(module, "AIOKafkaProducer", None), False),
                     (consumer, True)], bootstrap, session_ms)
-    _real_waits("aiokafka")
+    real_waits("aiokafka")
     if consumer is None or getattr(consumer.getmany, "_retrylab", False):
         return
     original = consumer.getmany

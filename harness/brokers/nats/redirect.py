@@ -10,16 +10,18 @@ network namespace (no network at all) the TCP transport's connect opens the rela
 (`connect_urls`) never join the pool (the relay strips them as well), so the client neither learns nor
 reconnects to another address. Cheap: nothing is imported until the learner imports nats.
 
-nats-py's own background waits run on the loop's clock, not on the learner site's virtual one
-(retrylab.learner_site.virtual_clock: `asyncio.sleep` advances the run's clock at once). Its ping task
-sleeps `ping_interval` (120 s) in a loop: on the virtual clock that loop spins, each turn moving the clock
-120 s on and sending a PING, so every pending request's or fetch's timeout expires at once (measured: a
-`js.publish` right after connecting timed out). So nats-py's modules see an `asyncio` whose `sleep` is the
-loop's own (the event loop's clock still follows the virtual one: a learner's long sleep lets one ping
-through, as that much real time would); the learner's own `asyncio.sleep` stays virtual.
+nats-py's own waits are real time (retrylab.learner_site.client_waits), not the learner site's virtual clock
+(`asyncio.sleep` advances the run's clock at once, and the event loop's clock follows it). Its ping task
+sleeps `ping_interval` (120 s) in a loop: on the virtual clock that loop spun, each turn moving the clock
+120 s on and sending a PING, so every pending request's or fetch's timeout expired at once (measured: a
+`js.publish` right after connecting timed out). And a learner's own loop of virtual sleeps beside the client
+(a heartbeat task) moved the loop's clock past every request's timeout (measured: each `js.get_msg` of a DLQ
+service with such a task timed out). So nats-py's modules see an `asyncio` whose `sleep` and `wait_for`, and
+a `time` whose monotonic clock, are real; the learner's own `asyncio.sleep` stays virtual.
 """
 import os
 
+from retrylab.learner_site.client_waits import real_waits
 from retrylab.learner_site.import_hooks import after_import
 
 
@@ -63,27 +65,6 @@ def _patch_transport(transport_class, socket_path: str) -> None:
     transport_class.connect = connect
 
 
-class _LoopSleepAsyncio:
-    """`asyncio` as nats-py's modules see it: the same in all but `sleep`, the loop's own (see above)."""
-
-    def __init__(self, asyncio_module, loop_sleep):
-        self._asyncio = asyncio_module
-        self.sleep = loop_sleep
-
-    def __getattr__(self, name):
-        return getattr(self._asyncio, name)
-
-
-def _loop_sleep_for(module) -> None:
-    import asyncio
-
-    from retrylab.learner_site import virtual_clock
-
-    loop_sleep = getattr(virtual_clock, "_real_asyncio_sleep", None)
-    if loop_sleep is not None and loop_sleep is not asyncio.sleep and getattr(module, "asyncio", None) is asyncio:
-        module.asyncio = _LoopSleepAsyncio(asyncio, loop_sleep)
-
-
 def install() -> None:
     relay_url = os.environ.get("RETRYLAB_NATS_URL", "")
     if not relay_url:
@@ -92,7 +73,7 @@ def install() -> None:
 
     def patch_client(module):
         _patch_client(module, relay_url, socket_path)
-        _loop_sleep_for(module)
+        real_waits("nats")
 
     after_import("nats.aio.client", patch_client)
-    after_import("nats.js.client", _loop_sleep_for)    # its heartbeat monitors
+    after_import("nats.js.client", lambda module: real_waits("nats"))    # imported later, by jetstream()
