@@ -5,10 +5,12 @@ event loop's clock follows it. A client library's waits are not the learner's: i
 would move the run's clock on (time no learner code waited for), and its timeouts would expire whenever
 anything else moves the clock. A learner task as ordinary as `while True: await asyncio.sleep(5)` beside the
 client moves the clock 5 s per turn at once, and every pending request of the client timed out (measured with
-nats-py: each js.get_msg of a DLQ service with such a heartbeat raised nats' TimeoutError). So the modules of
-the package see a `threading` whose Event waits in real time and, on the virtual clock, a `time` whose
-sleep and monotonic clock are real and an `asyncio` whose `sleep` and `wait_for` last in real time (each
-waits on the loop again when the loop's clock jumped past its real end).
+nats-py: each js.get_msg of a DLQ service with such a heartbeat raised nats' TimeoutError; with aiokafka, the
+consumer never fetched a record). So the modules of the package see a `threading` whose Event waits in real
+time and, on the virtual clock, a `time` whose sleep and monotonic clock are real, and an `asyncio` (and an
+`async_timeout`) whose `sleep`, `wait`, `wait_for` and `timeout` last in real time: each waits on the loop
+again when the loop's clock jumped past its real end. The loop's other timers (`call_later`) still follow the
+loop's clock: aiokafka's idle-connection and linger timers firing early cost nothing but a reconnect or a send.
 """
 import sys
 import threading
@@ -38,12 +40,49 @@ def _shim(module, **real) -> types.ModuleType:
     return copy
 
 
+def _seconds(clock, timeout) -> float:
+    """A timeout as a positive number of seconds, or 0 where the library's own wait should take it as it is
+    (None, zero, negative, not a number, NaN, too long)."""
+    return 0.0 if timeout is None else clock._sleep_seconds(timeout) or 0.0
+
+
+class _RealTimeout:
+    """`asyncio.timeout(delay)` counted in real time: its timer is on the loop's clock, so one that fires early
+    (the clock jumped) is set again for the rest, and at the real end the timeout expires as asyncio's does."""
+
+    def __init__(self, asyncio, seconds: float, real_now):
+        self._asyncio, self._real_now = asyncio, real_now
+        self._end = real_now() + seconds
+        self._timeout = asyncio.timeout(None)
+        self._handle = None
+
+    async def __aenter__(self):
+        await self._timeout.__aenter__()
+        self._check()
+        return self._timeout
+
+    def _check(self) -> None:
+        loop = self._asyncio.get_running_loop()
+        left = self._end - self._real_now()
+        if left > 0:
+            self._handle = loop.call_later(left, self._check)
+        else:
+            self._handle = None
+            self._timeout.reschedule(loop.time())   # expires now: the task is cancelled, TimeoutError on exit
+
+    async def __aexit__(self, *exc_info):
+        if self._handle is not None:
+            self._handle.cancel()
+        return await self._timeout.__aexit__(*exc_info)
+
+
 def real_time_asyncio(asyncio, clock) -> types.ModuleType:
-    """`asyncio` with a `sleep` and a `wait_for` that last their time in real time."""
-    loop_sleep, loop_wait_for, real_now = clock._real_asyncio_sleep, asyncio.wait_for, clock._real_monotonic
+    """`asyncio` with a `sleep`, `wait_for`, `wait` and `timeout` that last their time in real time."""
+    loop_sleep, loop_wait_for, loop_wait = clock._real_asyncio_sleep, clock._real_asyncio_wait_for, asyncio.wait
+    real_now = clock._real_monotonic
 
     async def sleep(delay, result=None):
-        seconds = clock._sleep_seconds(delay)
+        seconds = _seconds(clock, delay)
         if not seconds:     # zero, or what asyncio refuses or waits for ever on: as the loop's own sleep takes it
             return await loop_sleep(delay, result)
         end = real_now() + seconds
@@ -51,25 +90,46 @@ def real_time_asyncio(asyncio, clock) -> types.ModuleType:
             await loop_sleep(left)
         return result
 
+    async def wait(fs, *, timeout=None, return_when=asyncio.ALL_COMPLETED):
+        seconds = _seconds(clock, timeout)
+        if not seconds:
+            return await loop_wait(fs, timeout=timeout, return_when=return_when)
+        end, fs = real_now() + seconds, set(fs)
+        while True:
+            done, pending = await loop_wait(fs, timeout=end - real_now(), return_when=return_when)
+            if _met(done, pending, return_when) or end <= real_now():
+                return done, pending
+
+    def _met(done, pending, return_when) -> bool:
+        if return_when == asyncio.FIRST_COMPLETED:
+            return bool(done)
+        if return_when == asyncio.FIRST_EXCEPTION:
+            return not pending or any(not f.cancelled() and f.exception() is not None for f in done)
+        return not pending
+
     async def wait_for(awaitable, timeout):
-        seconds = None if timeout is None else clock._sleep_seconds(timeout)
-        if not seconds:     # no timeout, zero, negative or not a number: as asyncio's own wait_for takes it
+        if not _seconds(clock, timeout):    # as asyncio's own wait_for takes it
             return await loop_wait_for(awaitable, timeout)
-        end = real_now() + seconds
         future = asyncio.ensure_future(awaitable)
         try:
-            while (left := end - real_now()) > 0:
-                done, _ = await asyncio.wait((future,), timeout=left)
-                if done:
-                    return future.result()
+            await wait((future,), timeout=timeout)
         except asyncio.CancelledError:
             future.cancel()     # as wait_for does when the task waiting is cancelled
             raise
-        # the time is up: asyncio's own wait_for with no time left cancels the future and raises TimeoutError
-        # (or returns its result, should it finish while being cancelled), as it would have after `timeout`
+        # done, or the time is up: asyncio's own wait_for with no time left returns the result, or cancels the
+        # future and raises TimeoutError (or returns its result, should it finish while being cancelled)
         return await loop_wait_for(future, 0)
 
-    return _shim(asyncio, sleep=sleep, wait_for=wait_for)
+    return _shim(asyncio, sleep=sleep, wait=wait, wait_for=wait_for,
+                 timeout=real_time_timeout(asyncio, asyncio.timeout, clock))
+
+
+def real_time_timeout(asyncio, timeout, clock):
+    """`timeout(delay)` (asyncio's, or async_timeout's) counted in real time."""
+    def real_timeout(delay):
+        seconds = _seconds(clock, delay)
+        return _RealTimeout(asyncio, seconds, clock._real_monotonic) if seconds else timeout(delay)
+    return real_timeout
 
 
 def real_waits(package: str) -> None:
@@ -85,6 +145,10 @@ def real_waits(package: str) -> None:
         asyncio = sys.modules.get("asyncio")    # not imported: no module of the package uses it
         if asyncio is not None and getattr(clock, "_real_asyncio_sleep", None) is not None:
             shims["asyncio"] = (asyncio, real_time_asyncio(asyncio, clock))
+            async_timeout = sys.modules.get("async_timeout")    # aiokafka's request timeouts
+            if async_timeout is not None:
+                shims["async_timeout"] = (async_timeout, _shim(async_timeout, timeout=real_time_timeout(
+                    asyncio, async_timeout.timeout, clock)))
     for name, module in list(sys.modules.items()):
         if name == package or name.startswith(package + "."):
             for attribute, (real, replacement) in shims.items():
