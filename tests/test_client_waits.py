@@ -51,6 +51,7 @@ async def main():
     await timed("client sleep", client.sleep(0.3, "slept"))
     await timed("client no time left", client.wait_for(loop.create_future(), 0))
     await timed("client no timeout", client.wait_for(asyncio.sleep(60, "virtual"), None))
+    await timed("client by keyword", client.wait_for(fut=asyncio.sleep(0, "keywords"), timeout=1.0))
     for name, timeout in (("asyncio", asyncio.timeout), ("client", client.timeout),
                           ("async_timeout", library.async_timeout.timeout)):
         async def under_timeout():
@@ -102,5 +103,6 @@ def test_a_clients_waits_last_real_time_beside_a_learner_task_that_moves_the_clo
     assert seen["client wait"][0] == [1, 0] and 0.15 <= seen["client wait"][1] < 1.0, seen
     assert seen["client wait, none done"][0] == [0, 1] and seen["client wait, none done"][1] >= 0.29, seen
     assert seen["real monotonic"] is True
+    assert seen["client by keyword"][0] == "keywords", seen
     assert seen["cancelled with its waiter"] is True
     assert seen["virtual seconds"] > 60, seen

@@ -225,3 +225,52 @@ def test_a_record_on_a_partition_not_paused_ends_the_virtual_wait(tmp_path, back
     assert (seen["first"], seen["then"]) == ("C", "A")
     # the poll ended with C, not with its hour: the clock moved on only while it had nothing to return
     assert seen["waited"] < 3600 and run_clock.offset - began < 3600
+
+
+HEARTBEAT_BESIDE_CLIENTS = """
+import asyncio, json
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+async def heartbeat():          # the learner's own: virtual sleeps, moving the event loop's clock on at once
+    while True:
+        await asyncio.sleep(5)
+
+async def main():
+    beat = asyncio.create_task(heartbeat())
+    admin = AIOKafkaAdminClient(bootstrap_servers="localhost:9092")
+    await admin.start()
+    await admin.create_topics([NewTopic("callbacks", num_partitions=1, replication_factor=1)])
+    producer = AIOKafkaProducer(bootstrap_servers="localhost:9092")
+    await producer.start()
+    for n in range(3):
+        await producer.send_and_wait("callbacks", str(n).encode())
+    consumer = AIOKafkaConsumer("callbacks", bootstrap_servers="localhost:9092", group_id="g",
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    got = []
+    while len(got) < 3:
+        batches = await consumer.getmany(timeout_ms=1000)
+        got += [r.value.decode() for rs in batches.values() for r in rs]
+    topics = sorted(await admin.list_topics())
+    for client in (consumer, producer, admin):
+        await client.close() if client is admin else await client.stop()
+    beat.cancel()
+    print(json.dumps({"got": got, "topics": topics}))
+
+asyncio.run(main())
+"""
+
+
+def test_aiokafka_clients_work_beside_a_learner_task_that_moves_the_clock(tmp_path, backend):
+    # a heartbeat task of the learner's moved the loop's clock past every request timeout of aiokafka (async_timeout,
+    # asyncio.wait on the loop's clock): the consumer never fetched a record; the admin client's modules, imported
+    # apart from aiokafka's, got the clients' real-time waits only when imported
+    run_clock = RunClock.for_learner_run()
+    began = run_clock.offset
+    with backend.private() as endpoint:
+        run = _run(tmp_path, endpoint, HEARTBEAT_BESIDE_CLIENTS, timeout=90, run_clock=run_clock)
+    assert run.result.returncode == 0, run.result.stderr
+    seen = json.loads(run.result.stdout)
+    assert seen["got"] == ["0", "1", "2"] and "callbacks" in seen["topics"], seen
+    assert run_clock.offset - began > 3600      # the heartbeat's sleeps stayed virtual: the clock moved on

@@ -1,5 +1,4 @@
 """The learner's virtual clock (retrylab.learner_site.virtual_clock) reads the run's time from its first moment."""
-import json
 import os
 import subprocess
 import sys
@@ -85,47 +84,3 @@ def test_a_sleep_time_sleep_refuses_fails_in_the_learners_process_as_without_the
     assert refused.split() == ["ValueError", "OverflowError", "OverflowError", "OverflowError", "ValueError",
                                "TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "[]"], refused
     assert counted == "[100.0]" and awaited == "[100.0, 2.5]", out.stdout
-
-
-_EVENT_WAIT_FOR = """
-import asyncio, json, time
-from retrylab.learner_site import virtual_clock
-virtual_clock.install()
-real = virtual_clock._real_monotonic
-seen = {}
-
-async def timed(name, awaitable):
-    began, offset = real(), virtual_clock.offset()
-    try:
-        seen[name] = [await awaitable]
-    except TimeoutError:
-        seen[name] = ["timeout"]
-    seen[name] += [round(real() - began, 2), virtual_clock.offset() - offset]
-
-async def main():
-    stop = asyncio.Event()
-    await timed("unset", asyncio.wait_for(stop.wait(), timeout=600))
-    asyncio.get_running_loop().call_soon(stop.set)          # set by a callback ready to run now
-    await timed("set meanwhile", asyncio.wait_for(stop.wait(), timeout=600))
-    await timed("set before", asyncio.wait_for(stop.wait(), timeout=600))
-    never = asyncio.get_running_loop().create_future()      # any other wait is asyncio's own: real time
-    await timed("a future", asyncio.wait_for(never, timeout=0.3))
-    await timed("no timeout", asyncio.wait_for(stop.wait(), timeout=None))
-
-asyncio.run(main())
-print(json.dumps(seen))
-"""
-
-
-def test_waiting_for_an_asyncio_event_with_a_timeout_is_a_virtual_sleep():
-    # `await asyncio.wait_for(stop.wait(), timeout=wait)`, asyncio's interruptible sleep, waited the real 600 s (a
-    # retry consumer failed steps 4-7 of retry-topics), where threading's `stop.wait(wait)` is a virtual sleep
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
-    out = subprocess.run([sys.executable, "-c", _EVENT_WAIT_FOR], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout)
-    assert seen["unset"][0] == "timeout" and seen["unset"][1] < 1 and seen["unset"][2] == 600, seen
-    assert seen["set meanwhile"][0] is True and seen["set meanwhile"][2] == 600, seen
-    assert seen["set before"] == [True, seen["set before"][1], 0] and seen["set before"][1] < 1, seen
-    assert seen["a future"][0] == "timeout" and seen["a future"][1] >= 0.29 and seen["a future"][2] == 0, seen
-    assert seen["no timeout"][0] is True and seen["no timeout"][2] == 0, seen

@@ -11,6 +11,8 @@ time and, on the virtual clock, a `time` whose sleep and monotonic clock are rea
 `async_timeout`) whose `sleep`, `wait`, `wait_for` and `timeout` last in real time: each waits on the loop
 again when the loop's clock jumped past its real end. The loop's other timers (`call_later`) still follow the
 loop's clock: aiokafka's idle-connection and linger timers firing early cost nothing but a reconnect or a send.
+The learner's own asyncio timeouts stay on the loop's clock, as they were: `wait_for(event.wait(), t)` may be a
+wait for I/O (a reply, a partition assignment), which a virtual jump would time out at once.
 """
 import sys
 import threading
@@ -78,7 +80,7 @@ class _RealTimeout:
 
 def real_time_asyncio(asyncio, clock) -> types.ModuleType:
     """`asyncio` with a `sleep`, `wait_for`, `wait` and `timeout` that last their time in real time."""
-    loop_sleep, loop_wait_for, loop_wait = clock._real_asyncio_sleep, clock._real_asyncio_wait_for, asyncio.wait
+    loop_sleep, loop_wait_for, loop_wait = clock._real_asyncio_sleep, asyncio.wait_for, asyncio.wait
     real_now = clock._real_monotonic
 
     async def sleep(delay, result=None):
@@ -107,18 +109,14 @@ def real_time_asyncio(asyncio, clock) -> types.ModuleType:
             return not pending or any(not f.cancelled() and f.exception() is not None for f in done)
         return not pending
 
-    async def wait_for(awaitable, timeout):
-        if not _seconds(clock, timeout):    # as asyncio's own wait_for takes it
-            return await loop_wait_for(awaitable, timeout)
-        future = asyncio.ensure_future(awaitable)
-        try:
-            await wait((future,), timeout=timeout)
-        except asyncio.CancelledError:
-            future.cancel()     # as wait_for does when the task waiting is cancelled
-            raise
-        # done, or the time is up: asyncio's own wait_for with no time left returns the result, or cancels the
-        # future and raises TimeoutError (or returns its result, should it finish while being cancelled)
-        return await loop_wait_for(future, 0)
+    async def wait_for(fut, timeout):   # asyncio's parameter names: a client may pass them by keyword
+        seconds = _seconds(clock, timeout)
+        if not seconds:     # no timeout, zero, negative or not a number: as asyncio's own wait_for takes it
+            return await loop_wait_for(fut, timeout)
+        # as Python 3.12's own wait_for: the awaitable under a timeout (here a real-time one), so a timeout
+        # cancels it and waits for its clean-up, and a cancel of the waiting task reaches it
+        async with _RealTimeout(asyncio, seconds, real_now):
+            return await fut
 
     return _shim(asyncio, sleep=sleep, wait=wait, wait_for=wait_for,
                  timeout=real_time_timeout(asyncio, asyncio.timeout, clock))

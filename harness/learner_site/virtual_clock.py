@@ -126,40 +126,15 @@ async def _asyncio_sleep(delay, result=None):
     return await _real_asyncio_sleep(0, result)
 
 
-async def _asyncio_wait_for(awaitable, timeout):
-    # `await asyncio.wait_for(stop.wait(), backoff)` is asyncio's way to sleep interruptibly, as `stop.wait(backoff)`
-    # is with threads: a virtual sleep of the timeout, then the event as it is. Any other wait is asyncio's own.
-    event = _event_waited(awaitable)
-    seconds = None if event is None or event.is_set() else _sleep_seconds(timeout)
-    if not seconds:
-        return await _real_asyncio_wait_for(awaitable, timeout)
-    advance(seconds)
-    await _real_asyncio_sleep(0)    # the tasks ready now run: one may set the event
-    if event.is_set():
-        return await awaitable
-    awaitable.close()
-    raise TimeoutError
-
-
-def _event_waited(awaitable):
-    """The asyncio.Event whose wait() `awaitable` is, not yet started; else None."""
-    if getattr(awaitable, "cr_code", None) is not _event_wait_code or awaitable.cr_frame is None \
-            or awaitable.cr_running or awaitable.cr_suspended:
-        return None
-    return awaitable.cr_frame.f_locals.get("self")
-
-
-_real_asyncio_sleep = _real_asyncio_wait_for = _event_wait_code = None
+_real_asyncio_sleep = None
 
 
 def _patch_asyncio(module) -> None:
-    global _real_asyncio_sleep, _real_asyncio_wait_for, _event_wait_code
-    _real_asyncio_sleep, _real_asyncio_wait_for = module.sleep, module.wait_for
-    _event_wait_code = module.Event.wait.__code__
-    module.sleep, module.wait_for = _asyncio_sleep, _asyncio_wait_for
+    global _real_asyncio_sleep
+    _real_asyncio_sleep = module.sleep
+    module.sleep = _asyncio_sleep
     if "asyncio.tasks" in sys.modules:
         sys.modules["asyncio.tasks"].sleep = _asyncio_sleep
-        sys.modules["asyncio.tasks"].wait_for = _asyncio_wait_for
 
 
 def _import_time_machine():

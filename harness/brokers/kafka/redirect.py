@@ -285,6 +285,8 @@ def _patch_aiokafka(module, bootstrap: str, session_ms: int) -> None:
     _patch_classes([(getattr(module, "AIOKafkaClient", None), False), (getattr(module, "AIOKafkaProducer", None), False),
                     (consumer, True)], bootstrap, session_ms)
     real_waits("aiokafka")
+    # the admin client's modules are imported apart, when a learner first asks for them: theirs too
+    after_import("aiokafka.admin.client", lambda admin: real_waits("aiokafka"))
     if consumer is None or getattr(consumer.getmany, "_retrylab", False):
         return
     original = consumer.getmany

@@ -73,7 +73,7 @@ def install() -> None:
 
     def patch_client(module):
         _patch_client(module, relay_url, socket_path)
-        real_waits("nats")
+        real_waits("nats")     # nats.aio.client imports the rest (nats.js.client and what it imports) first
 
     after_import("nats.aio.client", patch_client)
-    after_import("nats.js.client", lambda module: real_waits("nats"))    # imported later, by jetstream()
+
