@@ -4,13 +4,13 @@ The virtual clock (retrylab.learner_site.virtual_clock) makes the learner's slee
 event loop's clock follows it. A client library's waits are not the learner's: its heartbeat and ping loops
 would move the run's clock on (time no learner code waited for), and its timeouts would expire whenever
 anything else moves the clock. A learner task as ordinary as `while True: await asyncio.sleep(5)` beside the
-client moves the clock 5 s per turn at once, and every pending request of the client timed out (measured with
-nats-py: each js.get_msg of a DLQ service with such a heartbeat raised nats' TimeoutError; with aiokafka, the
-consumer never fetched a record). So the modules of the package see a `threading` whose Event waits in real
+client moves the clock 5 s per turn at once, and every pending request of the client timed out (measured
+with two brokers' asyncio clients: every request of a DLQ service with such a heartbeat timed out, and a consumer
+never fetched a record). So the modules of the package see a `threading` whose Event waits in real
 time and, on the virtual clock, a `time` whose sleep and monotonic clock are real, and an `asyncio` (and an
 `async_timeout`) whose `sleep`, `wait`, `wait_for` and `timeout` last in real time: each waits on the loop
 again when the loop's clock jumped past its real end. The loop's other timers (`call_later`) still follow the
-loop's clock: aiokafka's idle-connection and linger timers firing early cost nothing but a reconnect or a send.
+loop's clock: a client's idle-connection and linger timers firing early cost nothing but a reconnect or a send.
 The learner's own asyncio timeouts stay on the loop's clock, as they were: `wait_for(event.wait(), t)` may be a
 wait for I/O (a reply, a partition assignment), which a virtual jump would time out at once.
 """
@@ -137,13 +137,13 @@ def real_waits(package: str) -> None:
     if clock is not None:
         # a client times its heartbeats, session and request timeouts by the monotonic clock: another
         # process's jump of the run's clock (a retry consumer sleeping ten minutes, seen here at the next reply
-        # of the application channel) made aiokafka leave its group (measured)
+        # of the application channel) made a consumer leave its group (measured)
         shims["time"] = (time, _shim(time, sleep=clock._real_sleep, monotonic=clock._real_monotonic,
                                      monotonic_ns=clock._real_monotonic_ns))
         asyncio = sys.modules.get("asyncio")    # not imported: no module of the package uses it
         if asyncio is not None and getattr(clock, "_real_asyncio_sleep", None) is not None:
             shims["asyncio"] = (asyncio, real_time_asyncio(asyncio, clock))
-            async_timeout = sys.modules.get("async_timeout")    # aiokafka's request timeouts
+            async_timeout = sys.modules.get("async_timeout")    # a client's request timeouts, where it uses it
             if async_timeout is not None:
                 shims["async_timeout"] = (async_timeout, _shim(async_timeout, timeout=real_time_timeout(
                     asyncio, async_timeout.timeout, clock)))

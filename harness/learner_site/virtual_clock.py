@@ -124,8 +124,8 @@ async def _asyncio_sleep(delay, result=None):
         return await _real_asyncio_sleep(delay, result)
     advance(seconds)
     # the real pause time.sleep makes too: a loop of virtual sleeps beside other work (a heartbeat task) yielded for no
-    # real time, spinning a CPU and moving the run's clock five times as fast as a thread's loop did (a retry-topics
-    # consumer.py with such a task was charged 380-520 s of its own waiting between two callbacks on a busy machine)
+    # real time, spinning a CPU and moving the run's clock five times as fast as a thread's loop did (a consumer with
+    # such a task was charged 380-520 s of its own waiting between two messages on a busy machine)
     return await _real_asyncio_sleep(min(seconds, _REAL_PAUSE), result)
 
 
