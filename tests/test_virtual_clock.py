@@ -1,4 +1,5 @@
 """The learner's virtual clock (retrylab.learner_site.virtual_clock) reads the run's time from its first moment."""
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,49 @@ def test_a_sleep_time_sleep_refuses_fails_in_the_learners_process_as_without_the
     assert refused.split() == ["ValueError", "OverflowError", "OverflowError", "OverflowError", "ValueError",
                                "TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "[]"], refused
     assert counted == "[100.0]" and awaited == "[100.0, 2.5]", out.stdout
+
+
+_HEARTBEAT = """
+import asyncio, json, time
+from retrylab.learner_site import virtual_clock
+virtual_clock.install()
+real = virtual_clock._real_monotonic
+
+async def heartbeat():
+    while True:
+        await asyncio.sleep(5)
+
+async def main():
+    seen = {}
+    began, cpu = real(), time.process_time()
+    beat = asyncio.create_task(heartbeat())
+    # half a real second beside it (in a thread: the loop's timers follow the clock the heartbeat moves)
+    await asyncio.get_running_loop().run_in_executor(None, virtual_clock._real_sleep, 0.5)
+    beat.cancel()
+    seen["cpu share"] = (time.process_time() - cpu) / (real() - began)
+    began = real()
+    for _ in range(500):
+        await asyncio.sleep(0)                      # a bare yield, as asyncio's own
+    seen["500 yields"] = real() - began
+    try:
+        await asyncio.wait_for(asyncio.sleep(10), 5)
+        seen["sleep past its timeout"] = "done"
+    except TimeoutError:
+        seen["sleep past its timeout"] = "timeout"
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_a_loop_of_virtual_asyncio_sleeps_pauses_for_real_as_time_sleep_does():
+    # a heartbeat task's virtual sleeps yielded for no real time: it spun a CPU and moved the clock about five times
+    # as fast as a thread's time.sleep loop (which pauses 1 ms a call), and on a busy machine a retry-topics step
+    # charged those seconds to the consumer beside it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
+    out = subprocess.run([sys.executable, "-c", _HEARTBEAT], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["cpu share"] < 0.5, seen                 # about 0.06 paused; 1.0 spinning
+    assert seen["500 yields"] < 0.4, seen                # sleep(0) pauses not: 500 pauses would be 0.55 s
+    assert seen["sleep past its timeout"] == "timeout", seen     # as asyncio's own: the sleep outlasts the timeout

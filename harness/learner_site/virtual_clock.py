@@ -30,8 +30,8 @@ _real_monotonic_ns = time.monotonic_ns
 _real_perf_counter = time.perf_counter
 _real_perf_counter_ns = time.perf_counter_ns
 _real_event_wait = threading.Event.wait
-# A real pause per sleep call, so that a polling loop (`while True: lpop(); sleep(1)`) yields the
-# CPU instead of spinning, yet costs about a millisecond per virtual second.
+# A real pause per sleep call (time.sleep's and asyncio.sleep's), so that a polling loop (`while True: lpop();
+# sleep(1)`) yields the CPU instead of spinning, yet costs only about a millisecond per call, however long the sleep.
 _REAL_PAUSE = 0.001
 # The longest time.sleep takes: its clock counts nanoseconds in 64 bits, and a longer sleep is an OverflowError.
 LONGEST_SLEEP = 2**63 / 1e9
