@@ -1,9 +1,8 @@
 """A client library's own asyncio waits last real time beside a learner task that moves the virtual clock
 (retrylab.learner_site.client_waits), while the learner's own waits stay virtual."""
 import json
-import os
-import subprocess
-import sys
+
+from test_virtual_clock import run_learner_python
 
 _PROCESS = """
 import asyncio, json, sys, time, types
@@ -83,10 +82,7 @@ print(json.dumps(seen))
 
 
 def test_a_clients_waits_last_real_time_beside_a_learner_task_that_moves_the_clock():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
-    out = subprocess.run([sys.executable, "-c", _PROCESS], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout)
+    seen = json.loads(run_learner_python(_PROCESS))
     # the race itself: the loop's clock, moved on by the heartbeat, ends asyncio's own wait_for at once
     assert seen["asyncio answered"][0] == "timeout" and seen["asyncio answered"][1] < 0.2, seen
     answer, took = seen["client answered"]

@@ -7,6 +7,14 @@ import sys
 OFFSET = 1000.0
 START_UP = 0.5      # real seconds a learner process spends before its first read of the time (imports, a client)
 
+
+def run_learner_python(code: str, **env: str) -> str:
+    """Run `code` in a new interpreter, outside any harness run (no RETRYLAB_ variable but `env`); its output."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}, **env}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
 _PROCESS = f"""
 import time
 from time_machine import escape_hatch
@@ -20,11 +28,8 @@ print(time.time() - escape_hatch.time.time())
 def test_the_clock_ticks_from_install_not_from_the_first_read():
     # time-machine starts ticking at the first read of the time: a process whose start-up ran before that read was
     # behind the run's clock by its start-up (seconds on a busy machine: a retry due after an interval came early)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
-    env["RETRYLAB_CLOCK_OFFSET"] = str(OFFSET)
-    out = subprocess.run([sys.executable, "-c", _PROCESS], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    ahead = float(out.stdout)
+    out = run_learner_python(_PROCESS, RETRYLAB_CLOCK_OFFSET=str(OFFSET))
+    ahead = float(out)
     assert abs(ahead - OFFSET) < START_UP / 2, f"the process's clock is {OFFSET - ahead:.3f} s behind the run's"
 
 
@@ -78,13 +83,11 @@ print(reported)
 def test_a_sleep_time_sleep_refuses_fails_in_the_learners_process_as_without_the_harness():
     # time.sleep(nan) was reported to the harness's clock first: the learner read "a sleep reported without a number
     # of seconds ... the application module's connection is not the worker's to use" instead of its own ValueError
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
-    out = subprocess.run([sys.executable, "-c", _REFUSED], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    refused, counted, awaited = out.stdout.splitlines()
+    out = run_learner_python(_REFUSED)
+    refused, counted, awaited = out.splitlines()
     assert refused.split() == ["ValueError", "OverflowError", "OverflowError", "OverflowError", "ValueError",
                                "TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "[]"], refused
-    assert counted == "[100.0]" and awaited == "[100.0, 2.5]", out.stdout
+    assert counted == "[100.0]" and awaited == "[100.0, 2.5]", out
 
 
 _HEARTBEAT = """
@@ -124,10 +127,8 @@ def test_a_loop_of_virtual_asyncio_sleeps_pauses_for_real_as_time_sleep_does():
     # a heartbeat task's virtual sleeps yielded for no real time: it spun a CPU and moved the clock about five times
     # as fast as a thread's time.sleep loop (which pauses 1 ms a call), and on a busy machine a retry-topics step
     # charged those seconds to the consumer beside it
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYLAB_")}
-    out = subprocess.run([sys.executable, "-c", _HEARTBEAT], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout)
+    out = run_learner_python(_HEARTBEAT)
+    seen = json.loads(out)
     assert seen["cpu share"] < 0.5, seen                 # about 0.06 paused; 1.0 spinning
     assert seen["500 yields"] < 0.4, seen                # sleep(0) pauses not: 500 pauses would be 0.55 s
     assert seen["sleep past its timeout"] == "timeout", seen     # as asyncio's own: the sleep outlasts the timeout

@@ -19,20 +19,16 @@ import threading
 import time
 import types
 
+from retrylab.learner_site import virtual_clock as clock_module    # the learner site imports it in every process
+
 
 def virtual_clock():
     """The learner site's virtual clock, if this process runs on it (not on a run on real time)."""
-    from retrylab.learner_site import virtual_clock as clock
-    return clock if time.sleep is clock.sleep else None
+    return clock_module if time.sleep is clock_module.sleep else None
 
 
 class _Event(threading.Event):
-    def wait(self, timeout=None):   # CPython's own Event.wait: the virtual clock's makes a timed wait a sleep
-        with self._cond:
-            signaled = self._flag
-            if not signaled:
-                signaled = self._cond.wait(timeout)
-            return signaled
+    wait = clock_module._real_event_wait    # CPython's own Event.wait: the virtual clock's makes a timed wait a sleep
 
 
 def _shim(module, **real) -> types.ModuleType:

@@ -76,4 +76,3 @@ def install() -> None:
         real_waits("nats")     # nats.aio.client imports the rest (nats.js.client and what it imports) first
 
     after_import("nats.aio.client", patch_client)
-
