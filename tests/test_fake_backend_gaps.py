@@ -501,6 +501,51 @@ def test_functions_are_sandboxed_too(backend: Backend, tmp_path) -> None:
     assert not marker.exists()
 
 
+# -- gap 8: read-only scripts (EVAL_RO, EVALSHA_RO) -------------------------------------------------------------------
+
+READ_ONLY_WRITES = {
+    "a plain write": "return redis.call('SET', KEYS[1], 'x')",
+    "a write to the stream": "return redis.call('XADD', KEYS[1], '*', 'f', 'v')",
+    "a container command's write": "return redis.call('XGROUP', 'CREATE', KEYS[1], 'other', '0')",
+    "a write under pcall": "return redis.pcall('DEL', KEYS[1])",
+    "SORT (a write: SORT_RO is the read)": "return redis.call('SORT', KEYS[1])",
+}
+
+
+def test_read_only_scripts_read_as_in_redis(backend: Backend, key) -> None:
+    client = backend.client()
+    stream = key("orders")
+    client.xadd(stream, {"order": "1"})
+    client.xgroup_create(stream, "workers", id="0")
+    assert client.execute_command("EVAL_RO", "return redis.call('XLEN', KEYS[1])", 1, stream) == 1
+    groups = client.execute_command("EVAL_RO", "return redis.call('XINFO', 'GROUPS', KEYS[1])", 1, stream)
+    assert groups[0][:2] == [b"name", b"workers"]
+    sha = client.script_load("return {KEYS[1], ARGV[1]}")
+    assert client.execute_command("EVALSHA_RO", sha, 1, stream, "arg") == [stream.encode(), b"arg"]
+    with pytest.raises(redis.exceptions.NoScriptError):
+        client.execute_command("EVALSHA_RO", "0" * 40, 0)
+
+
+@pytest.mark.parametrize("script", sorted(READ_ONLY_WRITES))
+def test_read_only_scripts_cannot_write(backend: Backend, key, script: str) -> None:
+    client = backend.client()
+    stream = key("orders")
+    client.xadd(stream, {"order": "1"})
+    client.xgroup_create(stream, "workers", id="0")
+    source = READ_ONLY_WRITES[script]
+    for command, body in (("EVAL_RO", source), ("EVALSHA_RO", client.script_load(source))):
+        with pytest.raises(redis.ResponseError, match="Write commands are not allowed from read-only scripts"):
+            client.execute_command(command, body, 1, stream)
+    assert client.type(stream) == b"stream" and client.xlen(stream) == 1
+    assert [g["name"] for g in client.xinfo_groups(stream)] == [b"workers"]
+    assert client.eval("return redis.call('SET', KEYS[1], 'x')", 1, key("writable")) == b"OK"  # EVAL still writes
+
+
+def test_read_only_scripts_are_refused_inside_scripts(backend: Backend) -> None:
+    with pytest.raises(redis.ResponseError, match="not allowed from script"):
+        backend.client().eval("return redis.call('EVAL_RO', 'return 1', 0)", 0)
+
+
 # -- gap 4: a script's running time is bounded (fake backend only: a real Redis runs the script on, answering BUSY to
 # every other client, until SCRIPT KILL; the fake fails the script itself) ---------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The embedded fake Redis backend: fakeredis' TCP server with the seven differences from Redis fixed that
+"""The embedded fake Redis backend: fakeredis' TCP server with the eight differences from Redis fixed that
 grading depends on (tests/test_fake_backend_gaps.py tests those of blocking commands, Lua and error replies on the
 fake and, where Redis behaves the same, on a real redis-server).
 
@@ -52,6 +52,11 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
 
 7. No TCP_NODELAY. Redis sets it on its clients' sockets; without it every exchange with several replies (a
    pipeline, MULTI/EXEC) waits about 45 ms on Nagle's algorithm. `_PeerAwareRequestHandler.setup` sets it.
+
+8. No EVAL_RO or EVALSHA_RO (Redis 7): "unknown command", so a learner's read-only script (a lag.py reading a
+   group's state in one round trip, say) crashed on the fake backend only. `_PeerAwareFakeSocket` runs them as EVAL
+   and EVALSHA with the script read-only: a write command from it is refused in Redis 7's words (FCALL_RO's check),
+   so a script cannot change data through EVAL_RO here either (a check may trust that it only looked).
 """
 from __future__ import annotations
 
@@ -69,13 +74,14 @@ from fakeredis._clients import _tcp_server
 from fakeredis._clients._sync import FakeRedisConnection
 from fakeredis._clients._tcp_server import TCPFakeRequestHandler, TcpFakeServer
 from fakeredis._command_args_parsing import Timeout
-from fakeredis._commands import SUPPORTED_COMMANDS, Signature
+from fakeredis._commands import COMMANDS_WITH_SUB, SUPPORTED_COMMANDS, Signature
 from fakeredis._core import CommandItem
 from fakeredis._helpers import SimpleError, casematch
 from fakeredis._socket import FakeSocket
 from fakeredis._socket._base import BaseFakeSocket
 from fakeredis.commands_mixins import scripting_mixin
 from fakeredis.commands_mixins._lua_functions import FunctionsEngine
+from fakeredis.model import is_write_command
 
 __all__ = ["PatchedTcpFakeServer", "apply", "start_fake_server", "stop_fake_server"]
 
@@ -125,15 +131,18 @@ class _ClientGone(ConnectionError):
 #     handler subclass replaces the (not yet connected) FakeRedisConnection that setup() registered with a
 #     _PeerAwareConnection built the same way; handle() ends a connection quietly on a builtin ConnectionError.
 #   * TcpFakeServer's `_shutdown_event` (set by shutdown(), polled by handle()): blocked commands poll it too.
+#   * SUPPORTED_COMMANDS["eval"/"evalsha"], FakeSocket.eval/evalsha and fakeredis.model.is_write_command: EVAL_RO and
+#     EVALSHA_RO get their own Signatures (read, never written) and run EVAL/EVALSHA with writes refused - gap 8.
 # --------------------------------------------------------------------------------------------------------------------
 _APPLIED = False
 _APPLY_LOCK = threading.Lock()
 _BLMOVE_SIGNATURE: Signature | None = None
+_READ_ONLY_SCRIPT_SIGNATURES: dict[str, Signature] = {}   # gap 8: "eval_ro" and "evalsha_ro"
 
 
 def apply() -> None:
     """Check the fakeredis internals the fixes rely on and build the BLMOVE signature. Idempotent, thread-safe."""
-    global _APPLIED, _BLMOVE_SIGNATURE
+    global _APPLIED, _BLMOVE_SIGNATURE, _READ_ONLY_SCRIPT_SIGNATURES
     if _APPLIED:
         return
     with _APPLY_LOCK:
@@ -171,6 +180,9 @@ def apply() -> None:
         original = SUPPORTED_COMMANDS.get("blmove")
         if original is None or len(getattr(original, "fixed", ())) != 5:
             problems.append("SUPPORTED_COMMANDS['blmove'] is missing or no longer takes 5 arguments")
+        for name in ("eval", "evalsha"):
+            if not hasattr(SUPPORTED_COMMANDS.get(name), "fixed") or not callable(getattr(FakeSocket, name, None)):
+                problems.append(f"SUPPORTED_COMMANDS['{name}'] or FakeSocket.{name} is missing (EVAL_RO runs it)")
         if problems:
             raise RuntimeError(
                 "retrylab's fakeredis fixes do not fit this fakeredis version (written for 2.41): "
@@ -182,7 +194,18 @@ def apply() -> None:
         signature.server_types = set(original.server_types)
         signature.command_args = original.command_args
         _BLMOVE_SIGNATURE = signature
+        _READ_ONLY_SCRIPT_SIGNATURES = {f"{name}_ro": _read_only_signature(SUPPORTED_COMMANDS[name])
+                                        for name in ("eval", "evalsha")}
         _APPLIED = True
+
+
+def _read_only_signature(original: Signature) -> Signature:
+    """EVAL_RO's (EVALSHA_RO's) signature: EVAL's (EVALSHA's) arguments and flags (noscript) under its own name."""
+    name = f"{original.name}_ro"
+    signature = Signature(name, f"_retrylab_{name}", original.fixed, original.repeat, original.command_args)
+    signature.flags = set(original.flags)
+    signature.server_types = set(original.server_types)
+    return signature
 
 
 def _parse_list_end(where: bytes) -> bool:
@@ -319,6 +342,14 @@ def _command_name(op: Any) -> str:
     return op.decode("latin-1").lower() if isinstance(op, bytes) else str(op).lower()
 
 
+def _writes(name: str, args: tuple) -> bool:
+    """Whether a script's `redis.call(name, *args)` is a write command (fakeredis' Redis command table; a container
+    command, XGROUP CREATE say, by its subcommand)."""
+    if name in COMMANDS_WITH_SUB and args:
+        name = f"{name} {_command_name(args[0])}"
+    return is_write_command(name.encode("latin-1"))
+
+
 class _PeerAwareFakeSocket(FakeSocket):
     """The fake socket behind one TCP connection of a PatchedTcpFakeServer."""
 
@@ -360,9 +391,28 @@ class _PeerAwareFakeSocket(FakeSocket):
             clock.start()
 
     def _lua_redis_call(self, lua_runtime: Any, expected_globals: set[Any], op: bytes, *args: Any) -> Any:
-        if _command_name(op) in SCRIPT_REFUSED_COMMANDS:
+        name = _command_name(op)
+        if name in SCRIPT_REFUSED_COMMANDS:
             raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
+        if self._retrylab_read_only and _writes(name, args):
+            raise SimpleError(msgs.SCRIPT_READ_ONLY_WRITE_MSG)
         return super()._lua_redis_call(lua_runtime, expected_globals, op, *args)
+
+    # gap 8: set while EVAL_RO or EVALSHA_RO runs its script on this connection
+    _retrylab_read_only = False
+
+    def _retrylab_eval_ro(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
+        return self._read_only(self.eval, script, numkeys, *keys_and_args)
+
+    def _retrylab_evalsha_ro(self, sha1: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
+        return self._read_only(self.evalsha, sha1, numkeys, *keys_and_args)
+
+    def _read_only(self, run: Callable[..., Any], *args: Any) -> Any:
+        self._retrylab_read_only = True
+        try:
+            return run(*args)
+        finally:
+            self._retrylab_read_only = False
 
     def _function_redis_call(self, lua_runtime: Any, read_only: bool, *args: Any) -> Any:
         if args and _command_name(args[0]) in SCRIPT_REFUSED_COMMANDS:
@@ -413,6 +463,9 @@ class _PeerAwareFakeSocket(FakeSocket):
             self._unblock_reason = None
 
     def _name_to_func(self, cmd_name: str) -> tuple[Callable[..., Any] | None, Signature]:
+        read_only = _READ_ONLY_SCRIPT_SIGNATURES.get(cmd_name)
+        if read_only is not None:
+            return getattr(self, read_only.func_name), read_only
         func, sig = super()._name_to_func(cmd_name)  # keeps the unknown-command / server-type checks
         if cmd_name == "blmove" and _BLMOVE_SIGNATURE is not None:
             return self._retrylab_blmove, _BLMOVE_SIGNATURE
