@@ -329,6 +329,7 @@ SAYS = {
     "lag-monotonic-clock": "not seconds since lag.py started",
     "lag-too-often": "every 0.05 s",
     "lag-trims-stream": "must only read",
+    "lag-overwrites-stream": "must only read",
     "lag-flood": "lines came every 0.0",
 }
 
@@ -415,6 +416,21 @@ def test_a_run_past_its_bound_without_a_group_is_stopped_after_the_quiet_time(mo
     (b"XGROUP SETID orders workers $", True),
     (b"EVAL return 1 0", True),
     (b"FLUSHDB", True),
+    # overwriting the stream with another type (a reviewer's finding: these were blamed on consumer.py)
+    (b"SET orders x", True),
+    (b"SET metrics:lag 3", False),
+    (b"PSETEX orders 100 x", True),
+    (b"MSET metrics:lag 3 orders x", True),
+    (b"MSET metrics:lag orders", False),                        # "orders" as a value
+    (b"SORT metrics:ids STORE orders", True),
+    (b"SORT orders:ids BY nosort STORE metrics:sorted", False),
+    (b"SUNIONSTORE orders metrics:a metrics:b", True),
+    (b"ZRANGESTORE orders metrics:z 0 -1", True),
+    (b"ZUNIONSTORE metrics:z 1 orders", False),               # reads the stream (WRONGTYPE), writes its own key
+    (b"BITOP OR orders metrics:a", True),
+    (b"BITOP OR metrics:a orders", False),
+    (b"GEORADIUS metrics:geo 0 0 1 km STOREDIST orders", True),
+    (b"GETSET orders x", False),                                # WRONGTYPE on a stream: nothing changes
 ])
 def test_lag_py_may_write_keys_of_its_own_but_not_the_stream_it_measures(command, changes):
     from retrylab.checks.stream_consumer.test_step5_lag import changes_the_lag

@@ -39,10 +39,15 @@ FLOOD_FACTOR = 4    # more lines than this many times one per 0.5 s: a flood
 # they name the lab's stream: lag.py only looks at it. A key of lag.py's own (a metrics stream it records the
 # series in) is its to write. XGROUP CREATE is let through (the group exists: it is answered BUSYGROUP); the
 # read-only scripts (EVAL_RO, FCALL_RO) cannot write at all.
+# Commands that overwrite a key whatever it holds (SET, a *STORE's destination) count too: the stream is gone then.
+# Those that answer WRONGTYPE on a stream (LPUSH, GETSET, ...) change nothing, and MIGRATE the relay refuses.
 CHANGES_ITS_FIRST_KEY = frozenset({
     "XADD", "XTRIM", "XDEL", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID", "MOVE", "RESTORE", "EXPIRE", "PEXPIRE",
-    "EXPIREAT", "PEXPIREAT"})
+    "EXPIREAT", "PEXPIREAT", "SET", "SETEX", "PSETEX", "SUNIONSTORE", "SINTERSTORE", "SDIFFSTORE", "ZUNIONSTORE",
+    "ZINTERSTORE", "ZDIFFSTORE", "ZRANGESTORE", "GEOSEARCHSTORE"})
 CHANGES_ITS_KEYS = frozenset({"DEL", "UNLINK", "RENAME", "RENAMENX", "COPY"})     # every argument a key
+# the key after a STORE option (SORT ... STORE dest, GEORADIUS ... STOREDIST dest)
+CHANGES_ITS_STORE_KEY = frozenset({"SORT", "GEORADIUS", "GEORADIUSBYMEMBER"})
 # the whole keyspace, a group's deliveries on any stream, or scripts that may write any key
 CHANGES_THE_LAG = frozenset({"XREADGROUP", "FLUSHDB", "FLUSHALL", "SWAPDB", "EVAL", "EVALSHA", "FCALL"})
 
@@ -53,6 +58,12 @@ def changes_the_lag(name: str, args: list[bytes]) -> bool:
         return len(args) > 1 and args[1] == stream
     if name in CHANGES_ITS_KEYS:
         return stream in args[1:]
+    if name == "MSET":      # key value key value ...
+        return stream in args[1::2]
+    if name == "BITOP":     # BITOP operation destkey key ...
+        return len(args) > 2 and args[2] == stream
+    if name in CHANGES_ITS_STORE_KEY:
+        return any(option.upper() in (b"STORE", b"STOREDIST") and key == stream for option, key in zip(args, args[1:]))
     return name in CHANGES_THE_LAG or (name == "XGROUP" and len(args) > 1 and args[1].upper() != b"CREATE")
 
 
