@@ -427,6 +427,102 @@ def test_the_relay_reads_the_offsets_an_offset_commit_commits_in_every_version_t
         wire.Commit("notifier", "callbacks", 1, 42), wire.Commit("notifier", "callbacks", 2, 7)]
 
 
+@pytest.mark.parametrize("transactional_id", [None, "tx-1"])
+@pytest.mark.parametrize("version", range(3))
+def test_the_relay_asks_init_producer_id_in_a_version_tansu_answers_and_answers_in_the_clients(version,
+                                                                                            transactional_id):
+    from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+    from retrylab.brokers.kafka import tansu_compat, wire
+    request = InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60000)
+    request.with_header(correlation_id=11, client_id="learner")
+    frame = request.encode(version=version, header=True)
+    header = wire.request_header(frame)
+    assert tansu_compat.needs_upgrade(header)
+    upgraded = tansu_compat.upgraded_request(header, frame)
+    upgraded_header = wire.request_header(upgraded)
+    assert (upgraded_header.api_key, upgraded_header.version, upgraded_header.correlation_id,
+            upgraded_header.client_id) == (22, 3, 11, "learner")
+    asked = InitProducerIdRequest.decode(upgraded[upgraded_header.body_at:], version=3)
+    assert (asked.transactional_id, asked.transaction_timeout_ms, asked.producer_id, asked.producer_epoch) == (
+        transactional_id, 60000, -1, -1)
+    with pytest.raises(wire.Malformed):
+        tansu_compat.upgraded_request(header, frame + b"x")
+    # Tansu's answer (version 3, after the correlation id) as the client's version reads it
+    answer = InitProducerIdResponse(throttle_time_ms=5, error_code=0, producer_id=42, producer_epoch=3)
+    body = b"\x00" + answer.encode(version=3)     # the response header's tagged fields (none), then the body
+    converted = tansu_compat.response_for(version, body)
+    told = InitProducerIdResponse.decode(converted[1:] if version == 2 else converted, version=version)
+    assert (told.throttle_time_ms, told.error_code, told.producer_id, told.producer_epoch) == (5, 0, 42, 3)
+
+
+def test_versions_tansu_answers_go_through_as_they_are():
+    from kafka.protocol.producer.transaction import InitProducerIdRequest
+    from retrylab.brokers.kafka import tansu_compat, wire
+    for version in range(3, 6):
+        request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1, producer_id=-1,
+                                        producer_epoch=-1)
+        request.with_header(correlation_id=1, client_id="x")
+        assert not tansu_compat.needs_upgrade(wire.request_header(request.encode(version=version, header=True)))
+
+
+IDEMPOTENT_PRODUCERS = {
+    "confluent": """
+from confluent_kafka import Producer
+p = Producer({{'bootstrap.servers': {address}, 'enable.idempotence': True}})
+for i in range(COUNT):
+    p.produce(TOPIC, value=b'v%d' % i)
+assert p.flush(20) == 0
+""",
+    "kafka-python": """
+from kafka import KafkaProducer
+p = KafkaProducer(bootstrap_servers={address}, enable_idempotence=True)
+for i in range(COUNT):
+    p.send(TOPIC, value=b'v%d' % i)
+p.flush(20)
+p.close()
+""",
+    # aiokafka asks InitProducerId in version 0 only, which Tansu refuses: the relay asks in version 3 (tansu_compat)
+    "aiokafka": """
+import asyncio
+from aiokafka import AIOKafkaProducer
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers={address}, enable_idempotence=True)
+    await p.start()
+    try:
+        for i in range(COUNT):
+            await p.send_and_wait(TOPIC, value=b'v%d' % i)
+    finally:
+        await p.stop()
+asyncio.run(main())
+""",
+    "aiokafka transactional": """
+import asyncio
+from aiokafka import AIOKafkaProducer
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers={address}, transactional_id='notifier-1')
+    await p.start()
+    try:
+        async with p.transaction():
+            for i in range(COUNT):
+                await p.send(TOPIC, value=b'v%d' % i)
+    finally:
+        await p.stop()
+asyncio.run(main())
+""",
+}
+
+
+@pytest.mark.parametrize("client", sorted(IDEMPOTENT_PRODUCERS))
+def test_idempotent_and_transactional_producers_of_every_client_produce(tmp_path, backend, client):
+    with backend.private() as endpoint:
+        endpoint.create_topics({"orders": 1})
+        run = _run(tmp_path, endpoint, _script(IDEMPOTENT_PRODUCERS[client], ADDRESSES["env"], TOPIC="orders",
+                                               COUNT=5))
+        state = read_state(endpoint)
+    assert run.result.returncode == 0, run.result.stderr
+    assert sorted(r.value for tp in state.records for r in state.records[tp]) == [b"v%d" % i for i in range(5)]
+
+
 def test_record_counts_follow_batches_and_malformed_record_sets_say_so():
     from retrylab.brokers.kafka import wire
     batch = _batch

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from retrylab.background import join_all
-from retrylab.brokers.kafka import wire
+from retrylab.brokers.kafka import tansu_compat, wire
 
 MAX_CONNECTIONS = 256
 PARSE_LIMIT = 8 << 20           # requests (and Produce responses) read whole up to this size...
@@ -62,6 +62,7 @@ class Request:
     acks: int | None = None     # a Produce's acks (0: the broker sends no response)
     acked: list[wire.ProduceAck] = field(default_factory=list)  # what the broker answered, when it has
     commits: tuple[wire.Commit, ...] = ()   # an OffsetCommit's offsets
+    upgraded: bool = False      # sent on in a version the broker answers (tansu_compat): its response goes back
 
 
 class _Conn:
@@ -299,12 +300,15 @@ class KafkaRelay:
         except wire.Malformed:
             return frame, size - len(frame)     # the broker decides what to make of it
         request = Request(0, time.time(), conn.num, header.api_key, header.version, header.client_id, size)
+        rest = size - len(frame)
         try:
             if header.api_key == wire.PRODUCE and whole:
                 request.acks, batches = wire.produce_request(header, frame)
                 request.produced = tuple(batches)
             elif header.api_key == wire.OFFSET_COMMIT and whole:
                 request.commits = tuple(wire.offset_commit_request(header, frame))
+            elif tansu_compat.needs_upgrade(header) and whole:
+                frame, request.upgraded = tansu_compat.upgraded_request(header, frame), True
         except wire.Malformed:
             pass
         with self._fetch_gate:
@@ -312,7 +316,7 @@ class KafkaRelay:
                 self._fetch_gate.wait_for(lambda: not self._fetches_held, timeout=HOLD_LIMIT)
                 request.at = time.time()
             self._record(conn, request, header.correlation_id)
-        return frame, size - len(frame)
+        return frame, rest
 
     def _record(self, conn: _Conn, request: Request, correlation_id: int) -> None:
         """Called with self._lock held."""
@@ -339,7 +343,7 @@ class KafkaRelay:
             request = conn.pending.pop(struct.unpack(">i", head)[0], None)
         rest = size - 4
         # addresses must be rewritten (or the client leaves the relay): those are read whole within the limit alone
-        if request is None or request.api_key not in (wire.PRODUCE, *wire.REWRITTEN) \
+        if request is None or (request.api_key not in (wire.PRODUCE, *wire.REWRITTEN) and not request.upgraded) \
                 or not self._hold(rest, always=request.api_key != wire.PRODUCE):
             return head, rest
         try:
@@ -353,6 +357,8 @@ class KafkaRelay:
                 acked = wire.produce_response(request.version, body)
                 with self._lock:
                     request.acked = acked
+            elif request.upgraded:
+                body = tansu_compat.response_for(request.version, body)
             else:
                 host, port = self.advertise
                 body = wire.rewrite_addresses(request.api_key, request.version, body, host, port)

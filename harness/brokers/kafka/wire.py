@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 PRODUCE, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CLUSTER = 0, 3, 8, 10, 18, 60
 FETCH = 1   # never parsed: the relay only holds it (KafkaRelay.fetches_held)
+INIT_PRODUCER_ID = 22   # asked again in a version Tansu answers (tansu_compat)
 # the only APIs whose bodies the relay reads (a request header's client id comes before its tagged fields)
-_FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, OFFSET_COMMIT: 8, FIND_COORDINATOR: 3, DESCRIBE_CLUSTER: 0}
+_FLEXIBLE_FROM = {PRODUCE: 9, METADATA: 9, OFFSET_COMMIT: 8, FIND_COORDINATOR: 3, DESCRIBE_CLUSTER: 0,
+                  INIT_PRODUCER_ID: 2}
 REWRITTEN = (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER)   # responses that name broker addresses
 
 
@@ -86,10 +88,10 @@ class Reader:
 
 def encode_string(text: str, flex: bool) -> bytes:
     raw = text.encode()
-    return (_uvarint(len(raw) + 1) if flex else struct.pack(">h", len(raw))) + raw
+    return (encode_uvarint(len(raw) + 1) if flex else struct.pack(">h", len(raw))) + raw
 
 
-def _uvarint(n: int) -> bytes:
+def encode_uvarint(n: int) -> bytes:
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
