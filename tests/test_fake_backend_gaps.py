@@ -501,6 +501,54 @@ def test_functions_are_sandboxed_too(backend: Backend, tmp_path) -> None:
     assert not marker.exists()
 
 
+# Scripts that change what a later script runs (Redis 7: "Attempt to modify a readonly table"; the fake lets the
+# script do it, and undoes it before the next one): each is followed by a script whose answer must be the real one.
+PLANTED = {
+    "redis.call": ("local call = redis.call redis.call = function(cmd, ...) if cmd == 'LRANGE' then return {'forged'} "
+                   "end return call(cmd, ...) end", "return redis.call('LRANGE', KEYS[1], 0, -1)", [b"real"]),
+    "a global function": ("tonumber = function() return 0 end", "return tonumber('5')", 5),
+    "a library function": ("string.sub = function() return 'x' end", "return string.sub('abc', 1, 1)", b"a"),
+    "the strings' metatable": ("getmetatable('').__index = {len = function() return 99 end}",
+                               "return ('abc'):len()", 3),
+    "a locked metatable": ("setmetatable(redis, {__metatable = 'locked', __index = function() return 'x' end})",
+                           "return redis.nothing == nil and 1 or 0", 1),
+}
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_a_script_cannot_change_what_the_next_one_runs(backend: Backend, key, planted: str) -> None:
+    plant, probe, genuine = PLANTED[planted]
+    client = backend.client()
+    client.rpush(key("list"), "real")
+    try:
+        client.eval(plant + " return 1", 0)
+    except redis.ResponseError as exc:
+        assert backend.name == "real" and "readonly table" in str(exc)
+    assert backend.client().eval(probe, 1, key("list")) == genuine     # another connection, as the harness's
+    assert client.eval(probe, 1, key("list")) == genuine
+
+
+# -- gap 9: a command's name is ASCII (a Kelvin sign lower-cased to "k" ran UNLINK on the fake) -----------------------
+
+KELVIN = "\u212a"
+
+
+@pytest.mark.parametrize("command", [("UNLIN" + KELVIN, "{stream}"), ("XAC" + KELVIN, "{stream}", "workers", "0-1"),
+                                     ("CLIENT", KELVIN + "ILL", "SKIPME", "yes")])
+def test_a_command_named_outside_ascii_is_unknown(backend: Backend, key, command: tuple[str, ...]) -> None:
+    client = backend.client()
+    stream = key("orders")
+    client.xadd(stream, {"order": "1"})
+    args = [part.format(stream=stream) for part in command]
+    with pytest.raises(redis.ResponseError, match="(?i)unknown"):
+        client.execute_command(*args)
+    for script in ("return redis.call(unpack(ARGV))", "return redis.pcall(unpack(ARGV))"):
+        with pytest.raises(redis.ResponseError, match="(?i)unknown|not allowed from script"):
+            client.eval(script, 0, *args)
+    assert client.xlen(stream) == 1 and client.ping()
+    assert client.set(key("caf\u00e9"), "x") and client.get(key("caf\u00e9")) == b"x"   # keys may be anything
+
+
 # -- gap 8: read-only scripts (EVAL_RO, EVALSHA_RO) -------------------------------------------------------------------
 
 READ_ONLY_WRITES = {

@@ -1,4 +1,4 @@
-"""The embedded fake Redis backend: fakeredis' TCP server with the eight differences from Redis fixed that
+"""The embedded fake Redis backend: fakeredis' TCP server with the nine differences from Redis fixed that
 grading depends on (tests/test_fake_backend_gaps.py tests those of blocking commands, Lua and error replies on the
 fake and, where Redis behaves the same, on a real redis-server).
 
@@ -35,7 +35,9 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
    script call ACL, CLIENT KILL/PAUSE, ... which Redis 7 refuses inside scripts. `_PeerAwareFakeSocket` builds its
    server's runtimes (EVAL's and FUNCTION's) with no Python bridge, no access to any Python object's attributes, and
    none of those globals (as in Redis 7, whose sandbox keeps only `load`/`loadstring` confined to it), and refuses
-   in scripts the administrative commands Redis 7 flags `noscript`.
+   in scripts the administrative commands Redis 7 flags `noscript`. Redis 7 also makes the globals and library tables
+   read-only; fakeredis shares one runtime between all scripts of a server, so a script could replace `redis.call`
+   for every later one, the harness's keyspace reads included. Each script now starts with them as they were set up.
 
 4. Lua has no time limit. `EVAL "while true do end" 0` holds the server lock and burns a core until the fake
    server's process ends (measured: three of them made one grading take 117 s). Redis answers BUSY to other
@@ -57,6 +59,12 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
    group's state in one round trip, say) crashed on the fake backend only. `_PeerAwareFakeSocket` runs them as EVAL
    and EVALSHA with the script read-only: a write command from it is refused in Redis 7's words (FCALL_RO's check),
    so a script cannot change data through EVAL_RO here either (a check may trust that it only looked).
+
+9. Command names matched as Unicode. fakeredis reads a name as UTF-8 and lower-cases it with str.lower, which maps
+   some letters outside ASCII onto ASCII ones: "UNLIN\u212a" (a Kelvin sign) ran as UNLINK, past every list of
+   command names the harness keeps (the relay's refusals, step bans), which read names as bytes. Redis compares
+   names byte by byte, ASCII case aside: such a name is an unknown command, at the top level, as a subcommand and
+   in a script. `_PeerAwareFakeSocket` answers so too.
 """
 from __future__ import annotations
 
@@ -330,16 +338,65 @@ class _ScriptClock:
         return time.monotonic() - self.started > SCRIPT_TIME_LIMIT
 
 
-def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> None:
+def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> Callable[[], None]:
+    """Remove the globals Redis 7 has not, and return what puts the runtime's globals back as they are now."""
+    restore_as_now = runtime.execute(_RESTORE_SOURCE)      # while `debug` is there: it needs debug.setmetatable
     lua_globals = runtime.globals()
     for name in LUA_REMOVED_GLOBALS:
         lua_globals[name.encode()] = None
         expected_globals.discard(name.encode())   # a script may not bring one back either (fakeredis checks)
         expected_globals.discard(name)
+    return restore_as_now()
+
+
+# gap 3 (continued): Redis 7 makes the globals and every library table read-only, so no script can change what the
+# next one runs. fakeredis shares one runtime between every script of a server, and only refuses new global names:
+# a script could replace `redis.call`, `tonumber` or `string.sub` for every script after it, the harness's own
+# keyspace reads included (a forged keyspace). This chunk returns a function that, once the runtime is set up, notes
+# the globals, each table among them and the strings' metatable, and returns the function the server calls as each
+# script starts: it puts every field and metatable back as noted. What it uses are upvalues, beyond a script's reach.
+_RESTORE_SOURCE = b"""
+local next, type, rawget, rawset = next, type, rawget, rawset
+local getmetatable, setmetatable = debug.getmetatable, debug.setmetatable
+return function()
+    local noted = {}
+    local function note(t)
+        if noted[t] then return end
+        local fields = {}
+        for k, v in next, t do fields[k] = v end
+        noted[t] = {fields, getmetatable(t)}
+    end
+    note(_G)
+    for _, v in next, _G do
+        if type(v) == 'table' then note(v) end
+    end
+    local strings = getmetatable('')
+    if strings then note(strings) end
+    return function()
+        for t, as_noted in next, noted do
+            local fields = as_noted[1]
+            for k in next, t do
+                if fields[k] == nil then rawset(t, k, nil) end
+            end
+            for k, v in next, fields do
+                if rawget(t, k) ~= v then rawset(t, k, v) end
+            end
+            if getmetatable(t) ~= as_noted[2] then setmetatable(t, as_noted[2]) end
+        end
+        if getmetatable('') ~= strings then setmetatable('', strings) end
+    end
+end
+"""
 
 
 def _command_name(op: Any) -> str:
     return op.decode("latin-1").lower() if isinstance(op, bytes) else str(op).lower()
+
+
+def _ascii_name(op: Any, args: Any) -> bool:
+    """Whether a command's name, and its subcommand's if it is a container command, are ASCII (gap 9)."""
+    words = [op, args[0]] if _command_name(op) in COMMANDS_WITH_SUB and args else [op]
+    return all(w.isascii() for w in words if isinstance(w, (bytes, str)))
 
 
 def _writes(name: str, args: tuple) -> bool:
@@ -366,8 +423,10 @@ class _PeerAwareFakeSocket(FakeSocket):
                     finally:
                         scripting_mixin.LUA_MODULE = original
                     server._retrylab_script_clock = sandboxed.clock
-                    _remove_unsafe_globals(runtime, server._lua_expected_globals)
-        self._start_script(server._retrylab_script_clock)
+                    server._retrylab_restore_globals = _remove_unsafe_globals(runtime, server._lua_expected_globals)
+        self._start_script(server._retrylab_script_clock)   # first: the restore runs under the fresh time limit
+        if self._script_resp is None:       # a client's EVAL, not one a script runs (refused anyway)
+            server._retrylab_restore_globals()
         return server._lua_runtime
 
     def _functions(self) -> FunctionsEngine:
@@ -380,6 +439,7 @@ class _PeerAwareFakeSocket(FakeSocket):
                 sandboxed, s.server_type, s.version, scripting_mixin._lua_redis_log,
                 scripting_mixin._lua_cjson_encode, scripting_mixin._lua_cjson_decode, scripting_mixin._lua_cjson_null)
             s._retrylab_function_clock = sandboxed.clock
+            # FUNCTION's runtime runs only the learner's own libraries: no harness read goes through it
             _remove_unsafe_globals(s._lua_functions.runtime, s._lua_functions.expected_globals)
         self._start_script(s._retrylab_function_clock)
         return s._lua_functions
@@ -390,7 +450,18 @@ class _PeerAwareFakeSocket(FakeSocket):
         if self._script_resp is None:
             clock.start()
 
+    def _process_command(self, fields: list[bytes]) -> None:
+        self._retrylab_name_words = fields[:2]      # gap 9: the command's name as sent (its subcommand too)
+        try:
+            super()._process_command(fields)
+        finally:
+            self._retrylab_name_words = None
+
+    _retrylab_name_words: list[bytes] | None = None
+
     def _lua_redis_call(self, lua_runtime: Any, expected_globals: set[Any], op: bytes, *args: Any) -> Any:
+        if not _ascii_name(op, args):
+            raise SimpleError(msgs.SCRIPT_UNKNOWN_COMMAND_MSG)
         name = _command_name(op)
         if name in SCRIPT_REFUSED_COMMANDS:
             raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
@@ -415,6 +486,8 @@ class _PeerAwareFakeSocket(FakeSocket):
             self._retrylab_read_only = False
 
     def _function_redis_call(self, lua_runtime: Any, read_only: bool, *args: Any) -> Any:
+        if args and not _ascii_name(args[0], args[1:]):
+            raise SimpleError(msgs.SCRIPT_UNKNOWN_COMMAND_MSG)
         if args and _command_name(args[0]) in SCRIPT_REFUSED_COMMANDS:
             raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
         return super()._function_redis_call(lua_runtime, read_only, *args)
@@ -463,6 +536,10 @@ class _PeerAwareFakeSocket(FakeSocket):
             self._unblock_reason = None
 
     def _name_to_func(self, cmd_name: str) -> tuple[Callable[..., Any] | None, Signature]:
+        words = self._retrylab_name_words
+        if words is not None and self._script_resp is None and not _ascii_name(words[0], words[1:]):
+            # a client's command (a script's is checked in _lua_redis_call), named as it was sent
+            raise self._unknown_command(" ".join(w.decode("utf-8", "replace") for w in words[:cmd_name.count(" ") + 1]))
         read_only = _READ_ONLY_SCRIPT_SIGNATURES.get(cmd_name)
         if read_only is not None:
             return getattr(self, read_only.func_name), read_only
