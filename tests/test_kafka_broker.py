@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import stat
+import struct
 import time
 
 import pytest
@@ -628,6 +629,36 @@ def test_the_broker_ends_when_the_grading_is_killed():
         if grading.poll() is None:
             os.killpg(grading.pid, 9)
             grading.wait()
+
+
+def test_small_requests_stream_through_when_the_relays_parse_budget_is_spent():
+    """A frame the relay cannot read whole (its budget held by large frames on other connections) is streamed: a
+    frame under 64 bytes was read as 64, swallowing the start of the next one (a reviewer's find)."""
+    from retrylab.brokers.kafka import relay as relay_module
+    broker = tansu.TansuProcess()
+    port = broker.start()
+    relay = relay_module.KafkaRelay(("127.0.0.1", port)).start()
+    try:
+        relay._held = relay_module.PARSE_BUDGET     # as if other connections held large frames
+        client = socket.create_connection(relay.address, timeout=10)
+        frames = b"".join(struct.pack(">i", 15) + struct.pack(">hhih", 18, 0, n, 5) + b"probe" for n in (1, 2))
+        client.sendall(frames)                       # two ApiVersions v0 requests of 15 bytes, back to back
+        for expected in (1, 2):
+            size = struct.unpack(">i", _recv_exactly(client, 4))[0]
+            assert struct.unpack(">i", _recv_exactly(client, size)[:4])[0] == expected
+        client.close()
+    finally:
+        relay.close()
+        broker.stop()
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the relay closed the connection"
+        data += chunk
+    return data
 
 
 def test_the_relay_refuses_connections_beyond_its_limit_and_closes_everything(backend):

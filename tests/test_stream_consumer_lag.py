@@ -431,6 +431,18 @@ def test_a_run_past_its_bound_without_a_group_is_stopped_after_the_quiet_time(mo
     (b"BITOP OR metrics:a orders", False),
     (b"GEORADIUS metrics:geo 0 0 1 km STOREDIST orders", True),
     (b"GETSET orders x", False),                                # WRONGTYPE on a stream: nothing changes
+    # a reviewer's further finds: RESTORE-ASKING, Redis 8 stream and string commands the fake backend runs
+    (b"RESTORE-ASKING orders 0 dump REPLACE", True),
+    (b"XACKDEL orders workers IDS 1 1-0", True),
+    (b"XDELEX orders IDS 1 1-0", True),
+    (b"XNACK orders workers 1-0", True),                        # any stream command but the reads
+    (b"XPENDING orders workers", False),
+    (b"XRANGE orders - +", False),
+    (b"XREAD COUNT 1 STREAMS orders 0", False),
+    (b"MSETEX 2 metrics:a 1 orders x EX 10", True),
+    (b"MSETEX 1 metrics:a orders", False),
+    (b"DELEX orders", True),
+    (b"COPY orders metrics:copy", False),                       # the stream is the source: unchanged
 ])
 def test_lag_py_may_write_keys_of_its_own_but_not_the_stream_it_measures(command, changes):
     from retrylab.checks.stream_consumer.test_step5_lag import changes_the_lag

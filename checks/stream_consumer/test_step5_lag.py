@@ -39,13 +39,16 @@ FLOOD_FACTOR = 4    # more lines than this many times one per 0.5 s: a flood
 # they name the lab's stream: lag.py only looks at it. A key of lag.py's own (a metrics stream it records the
 # series in) is its to write. XGROUP CREATE is let through (the group exists: it is answered BUSYGROUP); the
 # read-only scripts (EVAL_RO, FCALL_RO) cannot write at all.
-# Commands that overwrite a key whatever it holds (SET, a *STORE's destination) count too: the stream is gone then.
-# Those that answer WRONGTYPE on a stream (LPUSH, GETSET, ...) change nothing, and MIGRATE the relay refuses.
+# Every stream command but those that only read counts when it names the stream first (XADD, XACK, XDEL, ... and
+# Redis 8's XACKDEL, XDELEX, which the fake backend runs). Commands that overwrite a key whatever it holds (SET, a
+# *STORE's destination) count too: the stream is gone then. Those that answer WRONGTYPE on a stream (LPUSH, GETSET,
+# ...) change nothing, and MIGRATE the relay refuses.
+READS_A_STREAM = frozenset({"XLEN", "XRANGE", "XREVRANGE", "XREAD", "XINFO", "XPENDING"})
 CHANGES_ITS_FIRST_KEY = frozenset({
-    "XADD", "XTRIM", "XDEL", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID", "MOVE", "RESTORE", "EXPIRE", "PEXPIRE",
-    "EXPIREAT", "PEXPIREAT", "SET", "SETEX", "PSETEX", "SUNIONSTORE", "SINTERSTORE", "SDIFFSTORE", "ZUNIONSTORE",
-    "ZINTERSTORE", "ZDIFFSTORE", "ZRANGESTORE", "GEOSEARCHSTORE"})
-CHANGES_ITS_KEYS = frozenset({"DEL", "UNLINK", "RENAME", "RENAMENX", "COPY"})     # every argument a key
+    "MOVE", "RESTORE", "RESTORE-ASKING", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "SET", "SETEX", "PSETEX",
+    "DELEX", "SUNIONSTORE", "SINTERSTORE", "SDIFFSTORE", "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZRANGESTORE",
+    "GEOSEARCHSTORE"})
+CHANGES_ITS_KEYS = frozenset({"DEL", "UNLINK", "RENAME", "RENAMENX"})     # every argument a key
 # the key after a STORE option (SORT ... STORE dest, GEORADIUS ... STOREDIST dest)
 CHANGES_ITS_STORE_KEY = frozenset({"SORT", "GEORADIUS", "GEORADIUSBYMEMBER"})
 # the whole keyspace, a group's deliveries on any stream, or scripts that may write any key
@@ -54,17 +57,33 @@ CHANGES_THE_LAG = frozenset({"XREADGROUP", "FLUSHDB", "FLUSHALL", "SWAPDB", "EVA
 
 def changes_the_lag(name: str, args: list[bytes]) -> bool:
     stream = lab.STREAM.encode()
-    if name in CHANGES_ITS_FIRST_KEY:
+    if name == "XGROUP":
+        return len(args) > 1 and args[1].upper() != b"CREATE"
+    if name in CHANGES_THE_LAG:
+        return True
+    if name in CHANGES_ITS_FIRST_KEY or (name.startswith("X") and name not in READS_A_STREAM):
         return len(args) > 1 and args[1] == stream
     if name in CHANGES_ITS_KEYS:
         return stream in args[1:]
+    if name == "COPY":      # COPY source destination: only the destination changes
+        return len(args) > 2 and args[2] == stream
     if name == "MSET":      # key value key value ...
         return stream in args[1::2]
+    if name == "MSETEX":    # MSETEX numkeys key value ... [options]
+        return _numbered_pairs_name(args, stream)
     if name == "BITOP":     # BITOP operation destkey key ...
         return len(args) > 2 and args[2] == stream
     if name in CHANGES_ITS_STORE_KEY:
         return any(option.upper() in (b"STORE", b"STOREDIST") and key == stream for option, key in zip(args, args[1:]))
-    return name in CHANGES_THE_LAG or (name == "XGROUP" and len(args) > 1 and args[1].upper() != b"CREATE")
+    return False
+
+
+def _numbered_pairs_name(args: list[bytes], key: bytes) -> bool:
+    try:
+        count = int(args[1])
+    except (IndexError, ValueError):
+        return False
+    return key in args[2:2 + 2 * max(count, 0):2]
 
 
 def _how_lag_ran(run) -> str:

@@ -286,7 +286,7 @@ class KafkaRelay:
         """Read, record and pass on one request: (bytes, 0) read whole, or (head, rest) for a large one."""
         whole = self._hold(size)
         try:
-            frame = _read_exact(src, size if whole else 64)
+            frame = _read_exact(src, size if whole else min(size, 64))   # a small frame: never into the next
             if frame is None:
                 return None
             return self._request(conn, size, frame, whole)
