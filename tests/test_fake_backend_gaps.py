@@ -557,6 +557,8 @@ READ_ONLY_WRITES = {
     "a container command's write": "return redis.call('XGROUP', 'CREATE', KEYS[1], 'other', '0')",
     "a write under pcall": "return redis.pcall('DEL', KEYS[1])",
     "SORT (a write: SORT_RO is the read)": "return redis.call('SORT', KEYS[1])",
+    "PFCOUNT (it may replicate)": "return redis.call('PFCOUNT', KEYS[1] .. ':hll')",
+    "PUBLISH (it may replicate)": "return redis.call('PUBLISH', 'channel', 'message')",
 }
 
 
@@ -572,6 +574,35 @@ def test_read_only_scripts_read_as_in_redis(backend: Backend, key) -> None:
     assert client.execute_command("EVALSHA_RO", sha, 1, stream, "arg") == [stream.encode(), b"arg"]
     with pytest.raises(redis.exceptions.NoScriptError):
         client.execute_command("EVALSHA_RO", "0" * 40, 0)
+
+
+SHEBANGS = {    # a script's first line (Redis 7) -> what EVAL answers: a value, or the start of the error
+    "#!lua flags=no-writes\nreturn redis.call('GET', KEYS[1])": None,
+    "#!lua flags=no-writes\nreturn redis.call('SET', KEYS[1], 'x')": "ERR Write commands are not allowed",
+    "#!lua  flags=no-writes,allow-stale\nreturn 1": 1,
+    "#!lua\nreturn redis.call('SET', KEYS[1], 'x')": b"OK",
+    "#!lua flags=\nreturn 2": 2,
+    "#!lua flags=bogus\nreturn 1": "ERR Unexpected flag in script shebang: bogus",
+    "#!python\nreturn 1": "ERR Unexpected engine in script shebang: #!python",
+    "#!lua name=x\nreturn 1": "ERR Unknown lua shebang option: name=x",
+    "#!lua": "ERR Invalid script shebang",
+}
+
+
+@pytest.mark.parametrize("script", sorted(SHEBANGS))
+def test_a_scripts_shebang_line_is_read_as_in_redis(backend: Backend, key, script: str) -> None:
+    client = backend.client()
+    answer = SHEBANGS[script]
+    for run in (lambda: client.eval(script, 1, key("k")),
+                lambda: client.evalsha(client.script_load(script), 1, key("k"))):
+        if isinstance(answer, str):
+            with pytest.raises(redis.ResponseError) as raised:
+                run()
+            assert str(raised.value).startswith(answer[len("ERR "):]), raised.value
+        else:
+            assert run() == answer
+    if "no-writes" in script:
+        assert client.get(key("k")) is None
 
 
 @pytest.mark.parametrize("script", sorted(READ_ONLY_WRITES))

@@ -57,8 +57,10 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
 
 8. No EVAL_RO or EVALSHA_RO (Redis 7): "unknown command", so a learner's read-only script (a lag.py reading a
    group's state in one round trip, say) crashed on the fake backend only. `_PeerAwareFakeSocket` runs them as EVAL
-   and EVALSHA with the script read-only: a write command from it is refused in Redis 7's words (FCALL_RO's check),
-   so a script cannot change data through EVAL_RO here either (a check may trust that it only looked).
+   and EVALSHA with the script read-only: a write command from it is refused in Redis 7's words (FCALL_RO's check,
+   and PFCOUNT, PUBLISH, SPUBLISH, which Redis refuses there as commands that may replicate), so a script cannot
+   change data through EVAL_RO here either (a check may trust that it only looked). A script's shebang line (Redis 7:
+   `#!lua flags=no-writes`), a syntax error in fakeredis' Lua, is read as Redis reads it.
 
 9. Command names matched as Unicode. fakeredis reads a name as UTF-8 and lower-cases it with str.lower, which maps
    some letters outside ASCII onto ASCII ones: "UNLIN\u212a" (a Kelvin sign) ran as UNLINK, past every list of
@@ -399,9 +401,37 @@ def _ascii_name(op: Any, args: Any) -> bool:
     return all(w.isascii() for w in words if isinstance(w, (bytes, str)))
 
 
+# Commands Redis 7 refuses in a read-only script though they are not flagged `write` (its flag `may-replicate`, which
+# fakeredis' command table lacks; measured on Redis 7.0.15)
+_MAY_REPLICATE = frozenset({"pfcount", "publish", "spublish"})
+_SHEBANG_FLAGS = frozenset({b"no-writes", b"allow-oom", b"allow-stale", b"no-cluster", b"allow-cross-slot-keys"})
+
+
+def _shebang(script: bytes) -> tuple[bytes, bool]:
+    """A script's body without its shebang line (kept as an empty line: error line numbers stay), and whether the
+    line says `no-writes`; else the error Redis 7 answers."""
+    end = script.find(b"\n")
+    if end < 0:
+        raise SimpleError("ERR Invalid script shebang")
+    words = script[2:end].split()
+    if not words or words[0] != b"lua":
+        raise SimpleError(f"ERR Unexpected engine in script shebang: {script[:end].decode('utf-8', 'replace')}")
+    flags = set()
+    for word in words[1:]:
+        if not word.startswith(b"flags="):
+            raise SimpleError(f"ERR Unknown lua shebang option: {word.decode('utf-8', 'replace')}")
+        for flag in filter(None, word[len(b"flags="):].split(b",")):
+            if flag not in _SHEBANG_FLAGS:
+                raise SimpleError(f"ERR Unexpected flag in script shebang: {flag.decode('utf-8', 'replace')}")
+            flags.add(flag)
+    return script[end:], b"no-writes" in flags
+
+
 def _writes(name: str, args: tuple) -> bool:
     """Whether a script's `redis.call(name, *args)` is a write command (fakeredis' Redis command table; a container
-    command, XGROUP CREATE say, by its subcommand)."""
+    command, XGROUP CREATE say, by its subcommand), or one Redis refuses in a read-only script all the same."""
+    if name in _MAY_REPLICATE:
+        return True
     if name in COMMANDS_WITH_SUB and args:
         name = f"{name} {_command_name(args[0])}"
     return is_write_command(name.encode("latin-1"))
@@ -477,6 +507,15 @@ class _PeerAwareFakeSocket(FakeSocket):
 
     def _retrylab_evalsha_ro(self, sha1: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
         return self._read_only(self.evalsha, sha1, numkeys, *keys_and_args)
+
+    def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
+        """EVAL (and EVALSHA, EVAL_RO, which run it), with a shebang line read as Redis 7 does (gap 8)."""
+        if script[:2] != b"#!":
+            return super().eval(script, numkeys, *keys_and_args)
+        body, no_writes = _shebang(script)
+        if no_writes and not self._retrylab_read_only:
+            return self._read_only(super().eval, body, numkeys, *keys_and_args)
+        return super().eval(body, numkeys, *keys_and_args)
 
     def _read_only(self, run: Callable[..., Any], *args: Any) -> Any:
         self._retrylab_read_only = True
