@@ -512,6 +512,16 @@ PLANTED = {
                                "return ('abc'):len()", 3),
     "a locked metatable": ("setmetatable(redis, {__metatable = 'locked', __index = function() return 'x' end})",
                            "return redis.nothing == nil and 1 or 0", 1),
+    # a second reviewer's finds: the metatable lupa shares between Python objects, a __eq that ran in the restore,
+    # and the collectgarbage() fakeredis calls after each script (by its global name)
+    "the Python objects' metatable": ("local m = getmetatable(redis.call) if m then m.__call = function() "
+                                      "return {'forged'} end end", "return redis.call('LRANGE', KEYS[1], 0, -1)",
+                                      [b"real"]),
+    "an __eq in the restore's way": ("local eq = {__eq = function() error('restore broken') end} "
+                                     "setmetatable(_G, eq) rawset(_G, '_G', setmetatable({}, eq))",
+                                     "return redis.call('LRANGE', KEYS[1], 0, -1)", [b"real"]),
+    "collectgarbage": ("collectgarbage = function() redis.call('RPUSH', 'planted', 'x') end",
+                       "return redis.call('EXISTS', 'planted')", 0),
 }
 
 

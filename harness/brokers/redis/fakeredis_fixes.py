@@ -340,6 +340,23 @@ class _ScriptClock:
         return time.monotonic() - self.started > SCRIPT_TIME_LIMIT
 
 
+class _RuntimeAfterScripts:
+    """The EVAL runtime as fakeredis is handed it. After each script fakeredis runs `collectgarbage()`, the global,
+    which a script may have replaced: a script's code then ran outside any script, and a blocking call there held the
+    runtime for good (the fake server deadlocked). This runs the collectgarbage noted at setup instead."""
+
+    def __init__(self, runtime: Any, collect: Any):
+        self._runtime, self._collect = runtime, collect
+
+    def execute(self, code: Any, *args: Any) -> Any:
+        if code in ("collectgarbage()", b"collectgarbage()") and not args:
+            return self._collect()
+        return self._runtime.execute(code, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+
 def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> Callable[[], None]:
     """Remove the globals Redis 7 has not, and return what puts the runtime's globals back as they are now."""
     restore_as_now = runtime.execute(_RESTORE_SOURCE)      # while `debug` is there: it needs debug.setmetatable
@@ -356,11 +373,17 @@ def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> Callable
 # a script could replace `redis.call`, `tonumber` or `string.sub` for every script after it, the harness's own
 # keyspace reads included (a forged keyspace). This chunk returns a function that, once the runtime is set up, notes
 # the globals, each table among them and the strings' metatable, and returns the function the server calls as each
-# script starts: it puts every field and metatable back as noted. What it uses are upvalues, beyond a script's reach.
+# script starts: it puts every field and metatable back as noted. What it uses are upvalues, beyond a script's reach,
+# and it compares with rawequal (`~=` would run a script's __eq in the middle of it). The metatable lupa gives every
+# Python object a script is handed (redis.call, cjson.encode, ...) is hidden from scripts, as Redis has none there:
+# its __call and __gc would run a script's code in every later script.
 _RESTORE_SOURCE = b"""
-local next, type, rawget, rawset = next, type, rawget, rawset
+local next, type, rawget, rawset, rawequal = next, type, rawget, rawset, rawequal
 local getmetatable, setmetatable = debug.getmetatable, debug.setmetatable
 return function()
+    local lib = rawget(_G, 'redis')     -- FUNCTION's runtime has none at setup
+    local python_objects = type(lib) == 'table' and getmetatable(rawget(lib, 'call')) or nil
+    if type(python_objects) == 'table' then rawset(python_objects, '__metatable', false) end
     local noted = {}
     local function note(t)
         if noted[t] then return end
@@ -374,6 +397,7 @@ return function()
     end
     local strings = getmetatable('')
     if strings then note(strings) end
+    if type(python_objects) == 'table' then note(python_objects) end
     return function()
         for t, as_noted in next, noted do
             local fields = as_noted[1]
@@ -381,11 +405,11 @@ return function()
                 if fields[k] == nil then rawset(t, k, nil) end
             end
             for k, v in next, fields do
-                if rawget(t, k) ~= v then rawset(t, k, v) end
+                if not rawequal(rawget(t, k), v) then rawset(t, k, v) end
             end
-            if getmetatable(t) ~= as_noted[2] then setmetatable(t, as_noted[2]) end
+            if not rawequal(getmetatable(t), as_noted[2]) then setmetatable(t, as_noted[2]) end
         end
-        if getmetatable('') ~= strings then setmetatable('', strings) end
+        if not rawequal(getmetatable(''), strings) then setmetatable('', strings) end
     end
 end
 """
@@ -454,10 +478,11 @@ class _PeerAwareFakeSocket(FakeSocket):
                         scripting_mixin.LUA_MODULE = original
                     server._retrylab_script_clock = sandboxed.clock
                     server._retrylab_restore_globals = _remove_unsafe_globals(runtime, server._lua_expected_globals)
+                    server._retrylab_runtime = _RuntimeAfterScripts(runtime, runtime.eval("collectgarbage"))
         self._start_script(server._retrylab_script_clock)   # first: the restore runs under the fresh time limit
         if self._script_resp is None:       # a client's EVAL, not one a script runs (refused anyway)
             server._retrylab_restore_globals()
-        return server._lua_runtime
+        return server._retrylab_runtime
 
     def _functions(self) -> FunctionsEngine:
         """fakeredis' FUNCTION/FCALL engine for this server, built sandboxed (gap 3) and timed (gap 4). FCALL
