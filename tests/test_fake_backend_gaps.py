@@ -6,6 +6,7 @@ lower bounds.
 """
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import threading
@@ -596,6 +597,10 @@ SHEBANGS = {    # a script's first line (Redis 7) -> what EVAL answers: a value,
     "#!python\nreturn 1": "ERR Unexpected engine in script shebang: #!python",
     "#!lua name=x\nreturn 1": "ERR Unknown lua shebang option: name=x",
     "#!lua": "ERR Invalid script shebang",
+    # a third reviewer's finds: the line is split as Redis splits arguments
+    "#! lua flags=no-writes\nreturn 1": "ERR Unexpected engine in script shebang: #!",
+    "#!lua flags=no-writes,\nreturn 1": "ERR Unexpected flag in script shebang: ",
+    "#!lua \"flags=no-writes\"\nreturn redis.call('SET', KEYS[1], 'x')": "ERR Write commands are not allowed",
 }
 
 
@@ -613,6 +618,38 @@ def test_a_scripts_shebang_line_is_read_as_in_redis(backend: Backend, key, scrip
             assert run() == answer
     if "no-writes" in script:
         assert client.get(key("k")) is None
+
+
+def test_a_script_with_a_shebang_is_cached_under_its_whole_text(backend: Backend) -> None:
+    client = backend.client()
+    script = "#!lua flags=no-writes\nreturn 7"
+    assert client.eval(script, 0) == 7
+    assert client.evalsha(hashlib.sha1(script.encode()).hexdigest(), 0) == 7
+    assert client.script_exists(hashlib.sha1(script.encode()).hexdigest(),
+                                hashlib.sha1(b"\nreturn 7").hexdigest()) == [True, False]
+    for read_only_refused in ("#!lua\nreturn 1", "#!lua flags=allow-oom\nreturn 1"):   # *_RO needs no-writes
+        with pytest.raises(redis.ResponseError, match="Can not execute a script with write flag"):
+            client.execute_command("EVAL_RO", read_only_refused, 0)
+
+
+# A script's code that the fake ran after the script (reading a returned table, naming a new global): a blocking
+# command there froze the fake server. Redis reads the table raw and refuses the global; neither may write.
+AFTER_THE_SCRIPT = {
+    "a returned table's __index": "return setmetatable({}, {__index = function() redis.call('RPUSH', 'after', 'x') "
+                                  "return 1 end})",
+    "a new global's __tostring": "rawset(_G, setmetatable({}, {__tostring = function() "
+                                "redis.call('RPUSH', 'after', 'x') return 'x' end}), 1) return 1",
+}
+
+
+@pytest.mark.parametrize("script", sorted(AFTER_THE_SCRIPT))
+def test_a_scripts_code_cannot_run_after_it(backend: Backend, script: str) -> None:
+    client = backend.client()
+    try:
+        client.eval(AFTER_THE_SCRIPT[script], 0)
+    except redis.ResponseError:
+        pass
+    assert client.exists("after") == 0 and client.ping()
 
 
 @pytest.mark.parametrize("script", sorted(READ_ONLY_WRITES))

@@ -71,8 +71,10 @@ The fixes are scoped to this server's connections; nothing process-wide is patch
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import select
+import shlex
 import socket
 import socketserver
 import threading
@@ -341,17 +343,28 @@ class _ScriptClock:
 
 
 class _RuntimeAfterScripts:
-    """The EVAL runtime as fakeredis is handed it. After each script fakeredis runs `collectgarbage()`, the global,
-    which a script may have replaced: a script's code then ran outside any script, and a blocking call there held the
-    runtime for good (the fake server deadlocked). This runs the collectgarbage noted at setup instead."""
+    """The EVAL runtime as fakeredis is handed it, which knows whether a script is running (`in_script`).
+
+    A script's code can run after the script: fakeredis reads a returned table with its metamethods (`__index`),
+    names a new global with `__tostring`, and runs `collectgarbage()` by its global name, which a script may replace.
+    A blocking command there really blocked, holding the runtime: the whole fake server froze. So `redis.call` works
+    only while a script runs (_PeerAwareFakeSocket._lua_redis_call), and the collectgarbage after a script is the one
+    noted at setup (fakeredis' EVAL runs the script, then that, on this object)."""
 
     def __init__(self, runtime: Any, collect: Any):
         self._runtime, self._collect = runtime, collect
+        self.in_script = False
+        self._script_ran = False
 
     def execute(self, code: Any, *args: Any) -> Any:
-        if code in ("collectgarbage()", b"collectgarbage()") and not args:
+        if self._script_ran and code in ("collectgarbage()", b"collectgarbage()") and not args:
+            self._script_ran = False
             return self._collect()
-        return self._runtime.execute(code, *args)
+        self.in_script = True
+        try:
+            return self._runtime.execute(code, *args)
+        finally:
+            self.in_script, self._script_ran = False, True
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
@@ -379,7 +392,7 @@ def _remove_unsafe_globals(runtime: Any, expected_globals: set[Any]) -> Callable
 # its __call and __gc would run a script's code in every later script.
 _RESTORE_SOURCE = b"""
 local next, type, rawget, rawset, rawequal = next, type, rawget, rawset, rawequal
-local getmetatable, setmetatable = debug.getmetatable, debug.setmetatable
+local getmetatable, setmetatable, sethook = debug.getmetatable, debug.setmetatable, debug.sethook
 return function()
     local lib = rawget(_G, 'redis')     -- FUNCTION's runtime has none at setup
     local python_objects = type(lib) == 'table' and getmetatable(rawget(lib, 'call')) or nil
@@ -399,6 +412,7 @@ return function()
     if strings then note(strings) end
     if type(python_objects) == 'table' then note(python_objects) end
     return function()
+        sethook()       -- untimed: the next script's time limit is armed after it (what a script left costs its time)
         for t, as_noted in next, noted do
             local fields = as_noted[1]
             for k in next, t do
@@ -425,6 +439,8 @@ def _ascii_name(op: Any, args: Any) -> bool:
     return all(w.isascii() for w in words if isinstance(w, (bytes, str)))
 
 
+_CALL_AFTER_SCRIPT_MSG = "ERR redis.call from a script's code run after the script (a metamethod): refused"
+_WRITE_FLAG_RO_MSG = "ERR Can not execute a script with write flag using *_ro command."
 # Commands Redis 7 refuses in a read-only script though they are not flagged `write` (its flag `may-replicate`, which
 # fakeredis' command table lacks; measured on Redis 7.0.15)
 _MAY_REPLICATE = frozenset({"pfcount", "publish", "spublish"})
@@ -437,18 +453,24 @@ def _shebang(script: bytes) -> tuple[bytes, bool]:
     end = script.find(b"\n")
     if end < 0:
         raise SimpleError("ERR Invalid script shebang")
-    words = script[2:end].split()
-    if not words or words[0] != b"lua":
-        raise SimpleError(f"ERR Unexpected engine in script shebang: {script[:end].decode('utf-8', 'replace')}")
+    try:        # Redis splits the line as sdssplitargs does: by blanks, quotes taken off
+        words = shlex.split(script[:end].decode("utf-8", "replace"))
+    except ValueError:
+        words = []
+    if not words:
+        raise SimpleError("ERR Invalid engine in script shebang")
+    if words[0] != "#!lua":
+        raise SimpleError(f"ERR Unexpected engine in script shebang: {words[0]}")
     flags = set()
     for word in words[1:]:
-        if not word.startswith(b"flags="):
-            raise SimpleError(f"ERR Unknown lua shebang option: {word.decode('utf-8', 'replace')}")
-        for flag in filter(None, word[len(b"flags="):].split(b",")):
-            if flag not in _SHEBANG_FLAGS:
-                raise SimpleError(f"ERR Unexpected flag in script shebang: {flag.decode('utf-8', 'replace')}")
+        if not word.startswith("flags="):
+            raise SimpleError(f"ERR Unknown lua shebang option: {word}")
+        named = word[len("flags="):]
+        for flag in named.split(",") if named else ():
+            if flag.encode() not in _SHEBANG_FLAGS:
+                raise SimpleError(f"ERR Unexpected flag in script shebang: {flag}")
             flags.add(flag)
-    return script[end:], b"no-writes" in flags
+    return script[end:], "no-writes" in flags
 
 
 def _writes(name: str, args: tuple) -> bool:
@@ -479,9 +501,11 @@ class _PeerAwareFakeSocket(FakeSocket):
                     server._retrylab_script_clock = sandboxed.clock
                     server._retrylab_restore_globals = _remove_unsafe_globals(runtime, server._lua_expected_globals)
                     server._retrylab_runtime = _RuntimeAfterScripts(runtime, runtime.eval("collectgarbage"))
-        self._start_script(server._retrylab_script_clock)   # first: the restore runs under the fresh time limit
         if self._script_resp is None:       # a client's EVAL, not one a script runs (refused anyway)
+            # untimed (the restore clears the time-limit hook), so a script that left much behind cannot make the
+            # next one, the harness's read say, run out of time before it starts; its time limit is armed next
             server._retrylab_restore_globals()
+        self._start_script(server._retrylab_script_clock)
         return server._retrylab_runtime
 
     def _functions(self) -> FunctionsEngine:
@@ -515,6 +539,8 @@ class _PeerAwareFakeSocket(FakeSocket):
     _retrylab_name_words: list[bytes] | None = None
 
     def _lua_redis_call(self, lua_runtime: Any, expected_globals: set[Any], op: bytes, *args: Any) -> Any:
+        if not getattr(self._server, "_retrylab_runtime", None) or not self._server._retrylab_runtime.in_script:
+            raise SimpleError(_CALL_AFTER_SCRIPT_MSG)
         if not _ascii_name(op, args):
             raise SimpleError(msgs.SCRIPT_UNKNOWN_COMMAND_MSG)
         name = _command_name(op)
@@ -538,9 +564,20 @@ class _PeerAwareFakeSocket(FakeSocket):
         if script[:2] != b"#!":
             return super().eval(script, numkeys, *keys_and_args)
         body, no_writes = _shebang(script)
-        if no_writes and not self._retrylab_read_only:
-            return self._read_only(super().eval, body, numkeys, *keys_and_args)
-        return super().eval(body, numkeys, *keys_and_args)
+        if self._retrylab_read_only and not no_writes:
+            raise SimpleError(_WRITE_FLAG_RO_MSG)
+        # cached under the whole script's SHA, as Redis does (EVALSHA of it works), not the body's that EVAL computes
+        cache = self._server.script_cache
+        body_sha = hashlib.sha1(body).hexdigest().encode()
+        had_body = body_sha in cache
+        cache[hashlib.sha1(script).hexdigest().encode()] = script
+        try:
+            if no_writes and not self._retrylab_read_only:
+                return self._read_only(super().eval, body, numkeys, *keys_and_args)
+            return super().eval(body, numkeys, *keys_and_args)
+        finally:
+            if not had_body:
+                cache.pop(body_sha, None)
 
     def _read_only(self, run: Callable[..., Any], *args: Any) -> Any:
         self._retrylab_read_only = True
