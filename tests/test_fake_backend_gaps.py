@@ -474,7 +474,7 @@ def test_lua_load_and_loadstring_cannot_reach_anything(backend: Backend, tmp_pat
 @pytest.mark.parametrize("command", [("CONFIG", "SET", "requirepass", "x"), ("ACL", "SETUSER", "default", "off"),
                                      ("CLIENT", "KILL", "TYPE", "normal"), ("CLIENT", "PAUSE", "100000"),
                                      ("SHUTDOWN", "NOSAVE"), ("DEBUG", "SLEEP", "0"), ("MONITOR",),
-                                     ("REPLICAOF", "127.0.0.1", "1"), ("BGSAVE",)])
+                                     ("REPLICAOF", "127.0.0.1", "1"), ("BGSAVE",), ("HELLO", "3")])
 def test_admin_commands_are_refused_in_scripts(backend: Backend, command: tuple[str, ...]) -> None:
     client = backend.client()
     quoted = ", ".join(f"'{part}'" for part in command)
@@ -630,6 +630,16 @@ def test_a_script_with_a_shebang_is_cached_under_its_whole_text(backend: Backend
     for read_only_refused in ("#!lua\nreturn 1", "#!lua flags=allow-oom\nreturn 1"):   # *_RO needs no-writes
         with pytest.raises(redis.ResponseError, match="Can not execute a script with write flag"):
             client.execute_command("EVAL_RO", read_only_refused, 0)
+
+
+def test_a_scripts_select_ends_with_the_script(backend: Backend, key) -> None:
+    """Redis puts the caller back on its own database after a script that SELECTs another (a fourth reviewer's
+    find: on the fake the connection stayed on it, and the learner's later commands went where no check looks)."""
+    client = backend.client()
+    assert client.eval("redis.call('SELECT', 1) return redis.call('SET', KEYS[1], 'in 1')", 1, key("k")) == b"OK"
+    assert client.set(key("k"), "in 0")
+    assert backend.client().get(key("k")) == b"in 0"
+    assert backend.client(db=1).get(key("k")) == b"in 1"
 
 
 # A script's code that the fake ran after the script (reading a returned table, naming a new global): a blocking
