@@ -636,10 +636,16 @@ def test_a_scripts_select_ends_with_the_script(backend: Backend, key) -> None:
     """Redis puts the caller back on its own database after a script that SELECTs another (a fourth reviewer's
     find: on the fake the connection stayed on it, and the learner's later commands went where no check looks)."""
     client = backend.client()
-    assert client.eval("redis.call('SELECT', 1) return redis.call('SET', KEYS[1], 'in 1')", 1, key("k")) == b"OK"
-    assert client.set(key("k"), "in 0")
-    assert backend.client().get(key("k")) == b"in 0"
-    assert backend.client(db=1).get(key("k")) == b"in 1"
+    client.function_load("#!lua name=selecting\nredis.register_function('selecting', function(keys) "
+                         "redis.call('SELECT', 1) return redis.call('SET', keys[1], 'in 1') end)", replace=True)
+    for run in (lambda: client.eval("redis.call('SELECT', 1) return redis.call('SET', KEYS[1], 'in 1')", 1, key("k")),
+                lambda: client.fcall("selecting", 1, key("k"))):
+        assert run() == b"OK"
+        assert client.set(key("k"), "in 0")
+        assert backend.client().get(key("k")) == b"in 0"
+        assert backend.client(db=1).get(key("k")) == b"in 1"
+        backend.client(db=1).delete(key("k"))
+    client.function_flush()
 
 
 # A script's code that the fake ran after the script (reading a returned table, naming a new global): a blocking

@@ -176,7 +176,7 @@ def apply() -> None:
         for name in ("_in_transaction", "_script_resp"):  # class-level defaults of per-connection state
             if not hasattr(FakeSocket, name):
                 problems.append(f"FakeSocket.{name} is missing")
-        for name in ("_get_server_runtime", "_functions", "_lua_redis_call", "_function_redis_call"):
+        for name in ("_get_server_runtime", "_functions", "_lua_redis_call", "_function_redis_call", "_fcall"):
             if not callable(getattr(FakeSocket, name, None)):
                 problems.append(f"FakeSocket.{name} is missing (the Lua sandbox overrides it)")
         for name in ("LUA_MODULE", "_lua_redis_log", "_lua_cjson_encode", "_lua_cjson_decode", "_lua_cjson_null"):
@@ -563,11 +563,23 @@ class _PeerAwareFakeSocket(FakeSocket):
         return self._read_only(self.evalsha, sha1, numkeys, *keys_and_args)
 
     def eval(self, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
-        """EVAL (and EVALSHA, EVAL_RO, which run it), with a shebang line read as Redis 7 does (gap 8), and the caller
-        back on its own database afterwards, as Redis puts it (a script's SELECT stayed on the connection)."""
+        """EVAL (and EVALSHA, EVAL_RO, which run it), with a shebang line read as Redis 7 does (gap 8)."""
+        try:
+            return self._keeping_database(self._eval_reading_shebang, script, numkeys, *keys_and_args)
+        except scripting_mixin.LUA_MODULE.LuaError as exc:
+            # raised after the script, by its metamethod (fakeredis names a new global with its __tostring): an error
+            # reply, not an exception that ended the connection
+            raise SimpleError(f"ERR {exc}".replace("\r", " ").replace("\n", " ")) from None
+
+    def _fcall(self, *args: Any, **kwargs: Any) -> Any:
+        return self._keeping_database(super()._fcall, *args, **kwargs)
+
+    def _keeping_database(self, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a script or function with the caller back on its own database afterwards, as Redis puts it (a script's
+        SELECT stayed on the connection: the learner's later commands went where no check looks)."""
         db, db_num = self._db, self._db_num
         try:
-            return self._eval_reading_shebang(script, numkeys, *keys_and_args)
+            return run(*args, **kwargs)
         finally:
             self._db, self._db_num = db, db_num
 
