@@ -644,21 +644,14 @@ def test_small_requests_stream_through_when_the_relays_parse_budget_is_spent():
         frames = b"".join(struct.pack(">i", 15) + struct.pack(">hhih", 18, 0, n, 5) + b"probe" for n in (1, 2))
         client.sendall(frames)                       # two ApiVersions v0 requests of 15 bytes, back to back
         for expected in (1, 2):
-            size = struct.unpack(">i", _recv_exactly(client, 4))[0]
-            assert struct.unpack(">i", _recv_exactly(client, size)[:4])[0] == expected
+            size = relay_module._read_exact(client, 4)
+            assert size is not None, "the relay closed the connection"
+            answer = relay_module._read_exact(client, struct.unpack(">i", size)[0])
+            assert answer is not None and struct.unpack(">i", answer[:4])[0] == expected
         client.close()
     finally:
         relay.close()
         broker.stop()
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the relay closed the connection"
-        data += chunk
-    return data
 
 
 def test_the_relay_refuses_connections_beyond_its_limit_and_closes_everything(backend):

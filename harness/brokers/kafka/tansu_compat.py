@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from retrylab.brokers.kafka.wire import INIT_PRODUCER_ID, Malformed, Reader, RequestHeader, encode_uvarint, flexible
+from retrylab.brokers.kafka.wire import INIT_PRODUCER_ID, Malformed, Reader, RequestHeader, encode_string, flexible
 
 SERVED_FROM = 3         # the first InitProducerId version Tansu answers
 _NO_PRODUCER = struct.pack(">qh", -1, -1)
@@ -28,18 +28,15 @@ def needs_upgrade(header: RequestHeader) -> bool:
 def upgraded_request(header: RequestHeader, frame: bytes) -> bytes:
     """The InitProducerId request `frame` (version 0-2, no size prefix) as the same request in version 3."""
     flex = flexible(INIT_PRODUCER_ID, header.version)
-    r = Reader(frame, 8)
-    r.string(False)                         # the client id: a plain nullable string in every header version
-    client_id = frame[8:r.pos]
-    r.tags(flex)
-    transactional_id = _raw_string(r, flex)
+    r = Reader(frame, header.body_at)
+    transactional_id = r.raw_string(flex)
     timeout = r.take(4)
     r.tags(flex)
     if r.pos != len(frame):
         raise Malformed("bytes after the request")
-    head = struct.pack(">hhi", INIT_PRODUCER_ID, SERVED_FROM, header.correlation_id) + client_id + b"\x00"
-    compact_id = b"\x00" if transactional_id is None else encode_uvarint(len(transactional_id) + 1) + transactional_id
-    return head + compact_id + timeout + _NO_PRODUCER + b"\x00"
+    # the client id as it came (and, in version 2, the header's tagged fields: header v2, as version 3 has it)
+    head = struct.pack(">hhi", INIT_PRODUCER_ID, SERVED_FROM, header.correlation_id) + frame[8:header.body_at]
+    return head + (b"" if flex else b"\x00") + encode_string(transactional_id, True) + timeout + _NO_PRODUCER + b"\x00"
 
 
 def response_for(version: int, body: bytes) -> bytes:
@@ -51,8 +48,3 @@ def response_for(version: int, body: bytes) -> bytes:
     fields = r.take(4 + 2 + 8 + 2)          # throttle time, error code, producer id, producer epoch
     r.tags(True)
     return fields
-
-
-def _raw_string(r: Reader, flex: bool) -> bytes | None:
-    n = r.uvarint() - 1 if flex else r.int16()
-    return None if n < 0 else r.take(n)

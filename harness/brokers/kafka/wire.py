@@ -65,9 +65,13 @@ class Reader:
                 raise Malformed("varint too long")
 
     def string(self, flex: bool) -> str | None:
-        """A (nullable) string: int16 length, or in flexible versions uvarint length + 1 (0: null)."""
+        raw = self.raw_string(flex)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    def raw_string(self, flex: bool) -> bytes | None:
+        """A (nullable) string's bytes: int16 length, or in flexible versions uvarint length + 1 (0: null)."""
         n = self.uvarint() - 1 if flex else self.int16()
-        return None if n < 0 else self.take(n).decode("utf-8", "replace")
+        return None if n < 0 else self.take(n)
 
     def bytes_(self, flex: bool) -> bytes | None:
         n = self.uvarint() - 1 if flex else self.int32()
@@ -86,8 +90,11 @@ class Reader:
                 self.take(self.uvarint())
 
 
-def encode_string(text: str, flex: bool) -> bytes:
-    raw = text.encode()
+def encode_string(text: str | bytes | None, flex: bool) -> bytes:
+    """A (nullable) string as Reader.string reads it (bytes as they are)."""
+    if text is None:
+        return b"\x00" if flex else struct.pack(">h", -1)
+    raw = text.encode() if isinstance(text, str) else text
     return (encode_uvarint(len(raw) + 1) if flex else struct.pack(">h", len(raw))) + raw
 
 

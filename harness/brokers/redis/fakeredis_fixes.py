@@ -436,6 +436,15 @@ def _command_name(op: Any) -> str:
     return op.decode("latin-1").lower() if isinstance(op, bytes) else str(op).lower()
 
 
+def _refuse_in_scripts(op: Any, args: Any) -> None:
+    """A script's (or function's) `redis.call(op, *args)`: refused if Redis 7 would not know it (a name outside
+    ASCII, gap 9) or refuses it in scripts (gap 3)."""
+    if not _ascii_name(op, args):
+        raise SimpleError(msgs.SCRIPT_UNKNOWN_COMMAND_MSG)
+    if _command_name(op) in SCRIPT_REFUSED_COMMANDS:
+        raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
+
+
 def _ascii_name(op: Any, args: Any) -> bool:
     """Whether a command's name, and its subcommand's if it is a container command, are ASCII (gap 9)."""
     words = [op, args[0]] if _command_name(op) in COMMANDS_WITH_SUB and args else [op]
@@ -542,14 +551,10 @@ class _PeerAwareFakeSocket(FakeSocket):
     _retrylab_name_words: list[bytes] | None = None
 
     def _lua_redis_call(self, lua_runtime: Any, expected_globals: set[Any], op: bytes, *args: Any) -> Any:
-        if not getattr(self._server, "_retrylab_runtime", None) or not self._server._retrylab_runtime.in_script:
+        if not self._server._retrylab_runtime.in_script:     # set up with the runtime this call comes from
             raise SimpleError(_CALL_AFTER_SCRIPT_MSG)
-        if not _ascii_name(op, args):
-            raise SimpleError(msgs.SCRIPT_UNKNOWN_COMMAND_MSG)
-        name = _command_name(op)
-        if name in SCRIPT_REFUSED_COMMANDS:
-            raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
-        if self._retrylab_read_only and _writes(name, args):
+        _refuse_in_scripts(op, args)
+        if self._retrylab_read_only and _writes(_command_name(op), args):
             raise SimpleError(msgs.SCRIPT_READ_ONLY_WRITE_MSG)
         return super()._lua_redis_call(lua_runtime, expected_globals, op, *args)
 
@@ -610,10 +615,8 @@ class _PeerAwareFakeSocket(FakeSocket):
             self._retrylab_read_only = False
 
     def _function_redis_call(self, lua_runtime: Any, read_only: bool, *args: Any) -> Any:
-        if args and not _ascii_name(args[0], args[1:]):
-            raise SimpleError(msgs.SCRIPT_UNKNOWN_COMMAND_MSG)
-        if args and _command_name(args[0]) in SCRIPT_REFUSED_COMMANDS:
-            raise SimpleError(msgs.COMMAND_IN_SCRIPT_MSG)
+        if args:
+            _refuse_in_scripts(args[0], args[1:])
         return super()._function_redis_call(lua_runtime, read_only, *args)
 
     # Set by the connection right after construction: returns True once the TCP peer is gone or the server stops.
