@@ -3,7 +3,15 @@ produced by consumer.py, with its key unchanged, the callback as its value (reco
 headers, or a JSON envelope, or a flat merge), retryTimes 1 and nextRetryTime = the failed call's time + the
 interval (epoch ms, within NEXT_TIME_TOLERANCE of virtual time). The upper bound also allows the virtual
 seconds the retry consumer's sleeps moved the shared clock between the failure and the Produce: consumer.py
-may have taken its time after them, and a correct consumer must not fail because the other slept."""
+may have taken its time after them, and a correct consumer must not fail because the other slept.
+
+A record retry_consumer.py hands back to callbacks.retry after a failed retry is a retry record too (LAB.md:
+retryTimes is 1 and 2 on the retry topic): its retryTimes is the failed attempts so far and its nextRetryTime
+that failure's time + the interval, with the main consumer's clock moves allowed as above. Without this a pair
+that kept its real count and due time in headers of its own passed with the lab's fields left as read (1, and a
+time already past), which a consumer of the topic trusting them retries at once. A copy of an earlier record of
+the callback put back unchanged, with no failed attempt since that one (a "not due yet" requeue), is that record
+again, not a new one."""
 from __future__ import annotations
 
 from retrylab.checks.retry_topics import lab, observe, records, timeline
@@ -37,6 +45,10 @@ def verify(main_run) -> None:
                     expected=key(callback).decode()))
         check_retry_times(callback, record)
         check_next_time(main_run, callback, failure, record)
+    on_topic = main_run.records(lab.RETRY_TOPIC)
+    for record in on_topic:
+        if record.callback is not None and record.produced is not None and record.produced.script == lab.RETRY_SCRIPT:
+            check_handed_back(main_run, record, on_topic)
 
 
 def check_retry_times(callback, record) -> None:
@@ -59,21 +71,50 @@ def missing(main_run, callback) -> str:
               how=observe.how_it_ran(main_run.main))
 
 
-def check_next_time(main_run, callback, failure, record) -> None:
+def check_next_time(main_run, callback, failure, record, later: bool = False) -> None:
+    """nextRetryTime = the failure's time + the interval; `later`: a record retry_consumer.py handed back (the
+    other run, whose clock moves are allowed for, is then consumer.py)."""
     raw = record.fields.get(lab.NEXT_RETRY_TIME)
+    prefix = "step3.later_" if later else "step3."
     if raw is None:
-        fail(tr("step3.no_next_time", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME, got="-"))
+        fail(tr(prefix + "no_next_time", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME, got="-"))
     expected = failure.t + lab.INTERVAL
     value = record.next_retry_time
     due = record.due
     if due is None:     # not a number, or one no clock reaches (the right time with 400 zeros after it)
-        fail(tr("step3.next_time_implausible", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME,
+        fail(tr(prefix + "next_time_implausible", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME,
                 got=records.shown(raw), expected=int(expected * 1000)))
-    others = main_run.retry_clock.advanced_between(timeline.real_time(failure), record.produced.at)
+    other_clock = main_run.main_clock if later else main_run.retry_clock
+    others = other_clock.advanced_between(timeline.real_time(failure), record.produced.at)
     low, high = expected - lab.NEXT_TIME_TOLERANCE, expected + lab.NEXT_TIME_TOLERANCE + others
     if not low <= due <= high:
         seconds = value < SECONDS_NOT_MS
-        fail(tr("step3.next_time_seconds" if seconds else "step3.next_time", id=label(callback), where=record.where,
+        fail(tr(prefix + ("next_time_seconds" if seconds else "next_time"), id=label(callback), where=record.where,
                 name=lab.NEXT_RETRY_TIME, got=value, expected=int(expected * 1000),
                 difference=f"{due - failure.t:+.0f}", interval=lab.RETRY_INTERVAL_MS,
                 tolerance=f"{lab.NEXT_TIME_TOLERANCE:g}"))
+
+
+def check_handed_back(main_run, record, on_topic) -> None:
+    """A record retry_consumer.py produced to callbacks.retry: retryTimes = the failed attempts of its callback
+    so far, nextRetryTime = the last one's time + the interval (the module's docstring)."""
+    callback = record.callback
+    failures = [c for c in main_run.calls_of(callback)
+                if c.outcome == "error" and timeline.real_time(c) <= record.produced.at]
+    if not failures or _requeued(record, on_topic, failures[-1]):
+        return      # handed back before any failure: no attempt to count (steps 5 and 6 count the calls)
+    raw = record.fields.get(lab.RETRY_TIMES)
+    if record.retry_times != len(failures):
+        fail(tr("step3.later_retry_times", id=label(callback), where=record.where, name=lab.RETRY_TIMES,
+                got=records.shown("-" if raw is None else raw), expected=len(failures), script=lab.RETRY_SCRIPT))
+    check_next_time(main_run, callback, failures[-1], record, later=True)
+
+
+def _requeued(record, on_topic, last_failure) -> bool:
+    """Is `record` an unchanged copy of an earlier record of its callback produced since its last failure?"""
+    since = timeline.real_time(last_failure)
+    return any(other.callback == record.callback and other.produced is not None
+               and since <= other.produced.at < record.produced.at
+               and other.retry_times is not None and other.retry_times == record.retry_times
+               and other.next_retry_time is not None and other.next_retry_time == record.next_retry_time
+               for other in on_topic)
