@@ -22,29 +22,33 @@ def _ms(seconds: float) -> str:
     return str(int(seconds * 1000))
 
 
-def _record(callback, retry_times, next_time, offset: int, at: float, script=lab.RETRY_SCRIPT):
+def _record(callback, retry_times, next_time, offset: int, at: float, script=lab.RETRY_SCRIPT, **kafka):
     headers = tuple((k, v.encode()) for k, v in ((lab.RETRY_TIMES, retry_times), (lab.NEXT_RETRY_TIME, next_time))
                     if v is not None)
-    found = records.recognise(KafkaRecord(lab.RETRY_TOPIC, 0, offset, key(callback), payload(callback), headers, 0),
+    fields = {"key": key(callback), "value": payload(callback), **kafka}
+    found = records.recognise(KafkaRecord(lab.RETRY_TOPIC, 0, offset, fields["key"], fields["value"], headers, 0),
                               [callback])
     return records.LabRecord(found.record, found.callback, found.form, found.fields, records.Produced(script, at))
 
 
-def _run(callback, failures: list[float], moved: float = 0.0):
+def _clock(moved: float):
+    return types.SimpleNamespace(advanced_between=lambda start, end: moved)
+
+
+def _run(callback, failures: list[float], moved: float = 0.0, own: float = 0.0):
     """A main run whose callback failed at these virtual times (the clock's offset 0: real time = virtual time);
-    consumer.py's own clock moves add up to `moved` virtual seconds at any time."""
+    consumer.py's clock moves add up to `moved` virtual seconds at any time, retry_consumer.py's to `own`."""
     calls = [types.SimpleNamespace(t=t, offset=0.0, outcome="error", id=callback["orderId"]) for t in failures]
-    return types.SimpleNamespace(calls_of=lambda c, run=None: calls,
-                                 main_clock=types.SimpleNamespace(advanced_between=lambda start, end: moved))
+    return types.SimpleNamespace(calls_of=lambda c, run=None: calls, main_clock=_clock(moved), retry_clock=_clock(own))
 
 
-def _first_and_second(callback, retry_times="2", next_time=None):
+def _first_and_second(callback, retry_times="2", next_time=None, **kafka):
     """consumer.py's record of the first failure (at START) and retry_consumer.py's of the second (one interval
     later), with these fields."""
     second_failure = START + lab.INTERVAL
     first = _record(callback, "1", _ms(START + lab.INTERVAL), 0, START + 0.01, script=lab.MAIN_SCRIPT)
     handed_back = _record(callback, retry_times, next_time or _ms(second_failure + lab.INTERVAL), 1,
-                          second_failure + 0.01)
+                          second_failure + 0.01, **kafka)
     return [first, handed_back], _run(callback, [START, second_failure])
 
 
@@ -76,7 +80,7 @@ def test_a_record_handed_back_with_the_due_time_it_read_fails(lang):
         retry_record.check_handed_back(run, on_topic[1], on_topic)
     assert _ms(START + 2 * lab.INTERVAL) in failed.value.message
     if lang == "en":
-        assert "+0 s from the failed retry, not the interval" in failed.value.message
+        assert "+0 s from the failed retry: it was due when it was written" in failed.value.message
 
 
 @pytest.mark.parametrize("next_time, words", [
@@ -89,13 +93,39 @@ def test_a_record_handed_back_with_garbage_or_seconds_says_so(next_time, words):
         retry_record.check_handed_back(run, on_topic[1], on_topic)
 
 
-def test_the_main_consumers_clock_moves_are_allowed_for_and_only_they():
+def test_the_clock_moves_between_the_failure_and_the_produce_are_allowed_for():
     callback = new_callback("down")
     late = _ms(START + lab.INTERVAL + lab.INTERVAL + 60)       # written 60 virtual seconds after the failure
     on_topic, run = _first_and_second(callback, next_time=late)
+    with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval") as failed:
+        retry_record.check_handed_back(run, on_topic[1], on_topic)
+    assert "already past" not in failed.value.message      # late is not stale
+    failures = [START, START + lab.INTERVAL]
+    retry_record.check_handed_back(_run(callback, failures, moved=60.0), on_topic[1], on_topic)
+    # its own: a heartbeat task's asyncio.sleep(5) moved the clock while notify ran in a worker thread, before the
+    # loop read the time (correct/aiokafka-retry-heartbeat-to-thread failed so: +605 s)
+    beat = _ms(START + 2 * lab.INTERVAL + 5.004)
+    on_topic, run = _first_and_second(callback, next_time=beat)
     with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
         retry_record.check_handed_back(run, on_topic[1], on_topic)
-    retry_record.check_handed_back(_run(callback, [START, START + lab.INTERVAL], moved=60.0), on_topic[1], on_topic)
+    retry_record.check_handed_back(_run(callback, failures, own=5.0), on_topic[1], on_topic)
+
+
+@pytest.mark.parametrize("script", [lab.MAIN_SCRIPT, lab.RETRY_SCRIPT])
+def test_a_scripts_own_wait_after_the_failure_does_not_excuse_a_late_due_time(script):
+    # the second review's repros: retry_consumer.py sleeping an interval after a failed retry, consumer.py 120 s
+    # after a failed notify, each then writing now + interval: due an interval (120 s) late, which passed 7/7
+    callback = new_callback("down")
+    waited = lab.INTERVAL if script == lab.RETRY_SCRIPT else 120.0
+    failure = types.SimpleNamespace(t=START, offset=0.0)
+    record = _record(callback, "1", _ms(START + lab.INTERVAL + waited), 0, START + 0.01, script=script)
+    moves = {"moved" if script == lab.RETRY_SCRIPT else "own": waited}     # the other's views: 0 s
+    run = _run(callback, [START], **{"own" if script == lab.RETRY_SCRIPT else "moved": waited})
+    with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
+        retry_record.check_next_time(run, callback, failure, record, later=script == lab.RETRY_SCRIPT)
+    # the same wait made by the OTHER script is allowed for in full
+    retry_record.check_next_time(_run(callback, [START], **moves), callback, failure, record,
+                                 later=script == lab.RETRY_SCRIPT)
 
 
 def test_an_unchanged_copy_put_back_before_any_new_failure_is_a_requeue_and_passes():
@@ -115,3 +145,64 @@ def test_a_record_handed_back_before_any_failure_is_left_to_the_counting_steps()
     callback = new_callback("ok")
     stray = _record(callback, "7", "NaN", 0, START)
     retry_record.check_handed_back(_run(callback, []), stray, [stray])
+
+
+def _requests(*produced: tuple[str, int]):
+    """Relay requests of a run: (topic, acks) of each Produce."""
+    return [types.SimpleNamespace(acks=acks, produced=(types.SimpleNamespace(topic=topic),))
+            for topic, acks in produced]
+
+
+def test_producing_retry_records_with_acks_0_is_named_whichever_script_did():
+    for acks, expected in ((0, lab.RETRY_SCRIPT), (1, None), (-1, None)):
+        run = types.SimpleNamespace(main=types.SimpleNamespace(commands=_requests((lab.RETRY_TOPIC, 1))),
+                                    retry=types.SimpleNamespace(commands=_requests((lab.RETRY_TOPIC, acks))))
+        assert retry_record._produced_with_acks_0(run) == expected
+    main_acks_0 = types.SimpleNamespace(main=types.SimpleNamespace(commands=_requests((lab.RETRY_TOPIC, 0))),
+                                        retry=None)
+    assert retry_record._produced_with_acks_0(main_acks_0) == lab.MAIN_SCRIPT
+    dlq_only = types.SimpleNamespace(main=None, retry=types.SimpleNamespace(commands=_requests((lab.DLQ_TOPIC, 0))))
+    assert retry_record._produced_with_acks_0(dlq_only) is None     # step 3 judges the retry topic only
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_record_handed_back_that_carries_no_callback_fails(lang, monkeypatch):
+    from retrylab.checks.retry_topics import observe
+    monkeypatch.setattr(observe, "require_main", lambda run: None)
+    monkeypatch.setattr(observe, "require_state", lambda run: None)
+    callback = new_callback("down")
+    on_topic, run = _first_and_second(callback)
+    unreadable = KafkaRecord(lab.RETRY_TOPIC, 0, 1, key(callback), b'{"b64": "eyJvcmRlcklkIjo="}', (), 0)
+    found = records.recognise(unreadable, [callback])
+    on_topic[1] = records.LabRecord(found.record, found.callback, found.form, found.fields,
+                                    records.Produced(lab.RETRY_SCRIPT, START + lab.INTERVAL + 0.01))
+    run.published, run.main, run.retry = [callback], None, None
+    run.records = lambda topic: on_topic if topic == lab.RETRY_TOPIC else []
+    with i18n.use(lang), pytest.raises(CheckFailed) as failed:
+        retry_record.verify(run)
+    assert "callbacks.retry[0]@1" in failed.value.message and "b64" in failed.value.message
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_record_handed_back_without_its_key_fails_naming_retry_consumer(lang):
+    callback = new_callback("down")
+    on_topic, run = _first_and_second(callback, key=None)
+    with i18n.use(lang), pytest.raises(CheckFailed) as failed:
+        retry_record.check_handed_back(run, on_topic[1], on_topic)
+    assert lab.RETRY_SCRIPT in failed.value.message and key(callback).decode() in failed.value.message
+
+
+def test_a_tombstone_retry_consumer_produces_as_a_marker_is_no_retry_record(monkeypatch):
+    from retrylab.checks.retry_topics import observe
+    monkeypatch.setattr(observe, "require_main", lambda run: None)
+    monkeypatch.setattr(observe, "require_state", lambda run: None)
+    callback = new_callback("down")
+    on_topic, run = _first_and_second(callback)
+    for value in (None, b""):
+        marker = KafkaRecord(lab.RETRY_TOPIC, 0, 2, key(callback), value, (), 0)
+        found = records.recognise(marker, [callback])
+        done = records.LabRecord(found.record, found.callback, found.form, found.fields,
+                                 records.Produced(lab.RETRY_SCRIPT, START + 2 * lab.INTERVAL))
+        run.published, run.main, run.retry = [callback], None, None
+        run.records = lambda topic, done=done: [*on_topic, done] if topic == lab.RETRY_TOPIC else []
+        retry_record.verify(run)
