@@ -117,7 +117,7 @@ def test_step3_says_a_garbage_next_retry_time_is_not_a_plausible_time(value, lan
 
 def test_step3_next_time_in_seconds_or_absent_keeps_its_own_message():
     callback = new_callback("down")
-    clock = types.SimpleNamespace(advanced_between=lambda start, end: 0.0)
+    clock = types.SimpleNamespace(advanced_between=lambda start, end: 0.0, advances=())
     main_run = types.SimpleNamespace(main_clock=clock, retry_clock=clock)
     seconds = _lab_record(lab.RETRY_TOPIC, callback, {lab.NEXT_RETRY_TIME: str(NOW_MS // 1000)}, at=NOW_MS / 1000)
     with i18n.use("en"), pytest.raises(CheckFailed, match="epoch seconds, not milliseconds"):

@@ -31,15 +31,21 @@ def _record(callback, retry_times, next_time, offset: int, at: float, script=lab
     return records.LabRecord(found.record, found.callback, found.form, found.fields, records.Produced(script, at))
 
 
-def _clock(moved: float):
-    return types.SimpleNamespace(advanced_between=lambda start, end: moved)
+def _clock(moves: list[float], beat: float | None = None):
+    """A run's ClockView whose moves (virtual seconds, each at every real time asked about) are `moves`; with
+    `beat`, also a heartbeat's beats of that size all through the run (none of them at those times)."""
+    advances = [types.SimpleNamespace(at=START + lab.INTERVAL + 0.005, seconds=s) for s in moves]
+    advances += [types.SimpleNamespace(at=-1.0, seconds=beat) for _ in range(30 if beat else 0)]
+    return types.SimpleNamespace(advances=tuple(advances), advanced_between=lambda start, end: sum(moves))
 
 
-def _run(callback, failures: list[float], moved: float = 0.0, own: float = 0.0):
+def _run(callback, failures: list[float], moved: float = 0.0, own: float = 0.0, beat: float | None = None):
     """A main run whose callback failed at these virtual times (the clock's offset 0: real time = virtual time);
-    consumer.py's clock moves add up to `moved` virtual seconds at any time, retry_consumer.py's to `own`."""
+    consumer.py's clock moves add up to `moved` virtual seconds at the second failure, retry_consumer.py's to `own`
+    (one move; a heartbeat's beat when `beat` is its size)."""
     calls = [types.SimpleNamespace(t=t, offset=0.0, outcome="error", id=callback["orderId"]) for t in failures]
-    return types.SimpleNamespace(calls_of=lambda c, run=None: calls, main_clock=_clock(moved), retry_clock=_clock(own))
+    return types.SimpleNamespace(calls_of=lambda c, run=None: calls, main_clock=_clock([moved] if moved else []),
+                                 retry_clock=_clock([own] if own else [], beat=beat))
 
 
 def _first_and_second(callback, retry_times="2", next_time=None, **kafka):
@@ -108,7 +114,12 @@ def test_the_clock_moves_between_the_failure_and_the_produce_are_allowed_for():
     on_topic, run = _first_and_second(callback, next_time=beat)
     with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
         retry_record.check_handed_back(run, on_topic[1], on_topic)
-    retry_record.check_handed_back(_run(callback, failures, own=5.0), on_topic[1], on_topic)
+    with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):   # a single move: the loop waited
+        retry_record.check_handed_back(_run(callback, failures, own=5.0), on_topic[1], on_topic)
+    retry_record.check_handed_back(_run(callback, failures, own=5.0, beat=5.0), on_topic[1], on_topic)
+    # the third review's: a 300 s heartbeat task, one beat between the failure and the time read (+300 s)
+    on_topic, _ = _first_and_second(callback, next_time=_ms(START + 2 * lab.INTERVAL + 300.001))
+    retry_record.check_handed_back(_run(callback, failures, own=300.0, beat=300.0), on_topic[1], on_topic)
 
 
 @pytest.mark.parametrize("script", [lab.MAIN_SCRIPT, lab.RETRY_SCRIPT])
@@ -192,17 +203,24 @@ def test_a_record_handed_back_without_its_key_fails_naming_retry_consumer(lang):
     assert lab.RETRY_SCRIPT in failed.value.message and key(callback).decode() in failed.value.message
 
 
-def test_a_tombstone_retry_consumer_produces_as_a_marker_is_no_retry_record(monkeypatch):
+def test_a_bare_tombstone_is_a_marker_and_a_record_without_a_value_but_with_fields_is_no_escape(monkeypatch):
+    # the third review's attack: value None, the callback and the stale lab fields in headers, passed 4/4 steps
     from retrylab.checks.retry_topics import observe
     monkeypatch.setattr(observe, "require_main", lambda run: None)
     monkeypatch.setattr(observe, "require_state", lambda run: None)
     callback = new_callback("down")
     on_topic, run = _first_and_second(callback)
-    for value in (None, b""):
-        marker = KafkaRecord(lab.RETRY_TOPIC, 0, 2, key(callback), value, (), 0)
+    run.published, run.main, run.retry = [callback], None, None
+    stale = ((lab.RETRY_TIMES, b"1"), (lab.NEXT_RETRY_TIME, _ms(START + lab.INTERVAL).encode()),
+             ("callback", payload(callback)))
+    for value, headers, passes in ((None, (), True), (b"", (), False), (None, stale, False)):
+        marker = KafkaRecord(lab.RETRY_TOPIC, 0, 2, key(callback), value, headers, 0)
         found = records.recognise(marker, [callback])
         done = records.LabRecord(found.record, found.callback, found.form, found.fields,
                                  records.Produced(lab.RETRY_SCRIPT, START + 2 * lab.INTERVAL))
-        run.published, run.main, run.retry = [callback], None, None
         run.records = lambda topic, done=done: [*on_topic, done] if topic == lab.RETRY_TOPIC else []
-        retry_record.verify(run)
+        if passes:
+            retry_record.verify(run)
+        else:
+            with i18n.use("en"), pytest.raises(CheckFailed, match="carries none of the callbacks"):
+                retry_record.verify(run)

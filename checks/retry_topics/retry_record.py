@@ -3,10 +3,12 @@ produced by consumer.py, with its key unchanged, the callback as its value (reco
 headers, or a JSON envelope, or a flat merge), retryTimes 1 and nextRetryTime = the failed call's time + the
 interval (epoch ms, within NEXT_TIME_TOLERANCE of virtual time). The upper bound also allows the virtual
 seconds the OTHER script's sleeps moved the shared clock between the failure and the Produce (consumer.py may
-have taken its time after the retry consumer's), and up to OWN_MOVES of the script's own: a heartbeat task's
-sleep moves the clock while notify runs in a worker thread, before the loop reads the time (+5 s past the 5 s
-tolerance, reproduced with asyncio.to_thread). The clock cannot tell that sleep from the loop's own wait after
-the failure, which is a late retry, hence a bound rather than all of them.
+have taken its time after the retry consumer's), and the beats of the script's own heartbeat: a liveness thread
+or task sleeping a fixed period moves the clock by it every millisecond or so of real time, and a beat that lands
+between the failed notify and the loop's time read makes the due time late by a whole period (+5 s with
+asyncio.to_thread and a 5 s heartbeat, +300 s with a 300 s one; correct designs). The clock does not say which
+thread slept, so a beat is told by its size: one the script moved the clock by at least BEAT_REPEATS times in the
+run. A wait of the loop itself after the failure (a late retry) is a move of another size.
 
 A record retry_consumer.py hands back to callbacks.retry after a failed retry is a retry record too (LAB.md:
 retryTimes is 1 and 2 on the retry topic): its retryTimes is the failed attempts so far and its nextRetryTime
@@ -15,11 +17,13 @@ that kept its real count and due time in headers of its own passed with the lab'
 time already past), which a consumer of the topic trusting them retries at once. A copy of an earlier record of
 the callback put back unchanged, with no failed attempt since that one (a "not due yet" requeue), is that record
 again, not a new one. What retry_consumer.py hands back must keep the key and carry the callback as LAB.md's
-forms do (a value no other consumer of the topic can read passed before, unjudged; a tombstone, no value at all,
-is a marker, not a retry), and neither script may produce retry records
+forms do (a value no other consumer of the topic can read passed before, unjudged; a bare tombstone, no value and
+no header, is a marker, not a retry), and neither script may produce retry records
 with acks=0: the broker answers nothing, so such a record could be lost after its source was committed, and the
 harness, which knows who wrote a record from the broker's answers, could judge none of them."""
 from __future__ import annotations
+
+import collections
 
 from retrylab.checks.retry_topics import lab, observe, records, timeline
 from retrylab.checks.retry_topics.catalog import tr
@@ -27,7 +31,8 @@ from retrylab.fixtures.retry_topics.callbacks import key, label
 from retrylab.verdict import fail
 
 SECONDS_NOT_MS = 10 ** 11       # an epoch time below this (year 5138 in seconds) is seconds, not milliseconds
-OWN_MOVES = 60.0                # virtual seconds of a script's own clock moves a due time may be late by
+BEAT_REPEATS = 20               # a clock move of one size made this often in a run is a heartbeat's beat (a run
+                                # has fewer than 10 retries; a heartbeat beats hundreds of times a second)
 
 
 def first_retry_record(main_run, callback):
@@ -61,7 +66,7 @@ def verify(main_run) -> None:
         if record.produced is None or record.produced.script != lab.RETRY_SCRIPT:
             continue
         if record.callback is None:
-            if record.record.value:     # a tombstone (no value) is a marker a consumer skips, not a retry
+            if record.record.value is not None or record.fields:    # a bare tombstone is a marker, not a retry
                 fail(tr("step3.later_unrecognised", script=lab.RETRY_SCRIPT, topic=lab.RETRY_TOPIC,
                         where=record.where, value=records.shown(record.record.value)))
             continue
@@ -112,8 +117,7 @@ def check_next_time(main_run, callback, failure, record, later: bool = False) ->
     since = timeline.real_time(failure)
     own, other = ((main_run.retry_clock, main_run.main_clock) if record.produced.script == lab.RETRY_SCRIPT
                   else (main_run.main_clock, main_run.retry_clock))
-    moved = (other.advanced_between(since, record.produced.at)
-             + min(own.advanced_between(since, record.produced.at), OWN_MOVES))
+    moved = other.advanced_between(since, record.produced.at) + _beats_between(own, since, record.produced.at)
     low, high = expected - lab.NEXT_TIME_TOLERANCE, expected + lab.NEXT_TIME_TOLERANCE + moved
     if not low <= due <= high:
         seconds = value < SECONDS_NOT_MS
@@ -123,6 +127,13 @@ def check_next_time(main_run, callback, failure, record, later: bool = False) ->
                 name=lab.NEXT_RETRY_TIME, got=value, expected=int(expected * 1000),
                 difference=f"{due - failure.t:+.0f}", interval=lab.RETRY_INTERVAL_MS,
                 tolerance=f"{lab.NEXT_TIME_TOLERANCE:g}"))
+
+
+def _beats_between(view, start: float, end: float) -> float:
+    """Virtual seconds a run's heartbeat beats (module docstring) moved the clock between two real times."""
+    advances = view.advances
+    sizes = collections.Counter(a.seconds for a in advances)
+    return sum(a.seconds for a in advances if start <= a.at <= end and sizes[a.seconds] >= BEAT_REPEATS)
 
 
 def check_handed_back(main_run, record, on_topic) -> None:
