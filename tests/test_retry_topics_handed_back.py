@@ -114,12 +114,38 @@ def test_the_clock_moves_between_the_failure_and_the_produce_are_allowed_for():
     on_topic, run = _first_and_second(callback, next_time=beat)
     with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
         retry_record.check_handed_back(run, on_topic[1], on_topic)
-    with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):   # a single move: the loop waited
-        retry_record.check_handed_back(_run(callback, failures, own=5.0), on_topic[1], on_topic)
-    retry_record.check_handed_back(_run(callback, failures, own=5.0, beat=5.0), on_topic[1], on_topic)
-    # the third review's: a 300 s heartbeat task, one beat between the failure and the time read (+300 s)
+    retry_record.check_handed_back(_run(callback, failures, own=5.0), on_topic[1], on_topic)
+    # the third review's: a 300 s heartbeat task, one beat between the failure and the time read (+300 s): more
+    # than a minute of the script's own moves, but a beat of a size it moved the clock by all through the run
     on_topic, _ = _first_and_second(callback, next_time=_ms(START + 2 * lab.INTERVAL + 300.001))
+    with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
+        retry_record.check_handed_back(_run(callback, failures, own=300.0), on_topic[1], on_topic)
     retry_record.check_handed_back(_run(callback, failures, own=300.0, beat=300.0), on_topic[1], on_topic)
+
+
+@pytest.mark.parametrize("moves, beat, late, passes", [
+    ([1.0] * 600, 1.0, 600, False),         # the fourth review's: a polling wait of sleep(1) after the failure
+    ([60.0] * 60, 60.0, 3600, False),       # ... of sleep(60)
+    ([600.0], None, 600, False),            # one long sleep after the failure
+    ([2.998, 2.997], None, 6, True),        # aiokafka's own heartbeat routine, two beats of varying size
+    ([20.0], None, 20, True),               # ... with heartbeat_interval_ms=20000
+    ([29.999], None, 30, True),             # a drift-corrected 30 s heartbeat
+    ([5.0, 2.998], 5.0, 8, True),           # a fixed 5 s heartbeat and one of aiokafka's
+])
+def test_a_scripts_own_moves_count_up_to_a_minute_or_as_one_heartbeat_beat(moves, beat, late, passes):
+    callback = new_callback("down")
+    failure = START + lab.INTERVAL
+    on_topic, _ = _first_and_second(callback, next_time=_ms(failure + lab.INTERVAL + late))
+    calls = [types.SimpleNamespace(t=t, offset=0.0, outcome="error", id=callback["orderId"]) for t in (START, failure)]
+    advances = [types.SimpleNamespace(at=failure + 0.005, seconds=s) for s in moves]
+    advances += [types.SimpleNamespace(at=-1.0, seconds=beat) for _ in range(30 if beat else 0)]
+    retry = types.SimpleNamespace(advances=tuple(advances), advanced_between=lambda start, end: sum(moves))
+    run = types.SimpleNamespace(calls_of=lambda c, run=None: calls, main_clock=_clock([]), retry_clock=retry)
+    if passes:
+        retry_record.check_handed_back(run, on_topic[1], on_topic)
+    else:
+        with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
+            retry_record.check_handed_back(run, on_topic[1], on_topic)
 
 
 @pytest.mark.parametrize("script", [lab.MAIN_SCRIPT, lab.RETRY_SCRIPT])

@@ -3,12 +3,14 @@ produced by consumer.py, with its key unchanged, the callback as its value (reco
 headers, or a JSON envelope, or a flat merge), retryTimes 1 and nextRetryTime = the failed call's time + the
 interval (epoch ms, within NEXT_TIME_TOLERANCE of virtual time). The upper bound also allows the virtual
 seconds the OTHER script's sleeps moved the shared clock between the failure and the Produce (consumer.py may
-have taken its time after the retry consumer's), and the beats of the script's own heartbeat: a liveness thread
-or task sleeping a fixed period moves the clock by it every millisecond or so of real time, and a beat that lands
-between the failed notify and the loop's time read makes the due time late by a whole period (+5 s with
-asyncio.to_thread and a 5 s heartbeat, +300 s with a 300 s one; correct designs). The clock does not say which
-thread slept, so a beat is told by its size: one the script moved the clock by at least BEAT_REPEATS times in the
-run. A wait of the loop itself after the failure (a late retry) is a move of another size.
+have taken its time after the retry consumer's), and some of the script's own: a liveness thread or task, or the
+client's own heartbeat routine (aiokafka's), moves the clock by its period every millisecond or so of real time,
+and a beat that lands between the failed notify and the loop's time read makes the due time late by a whole
+period (+5 s with asyncio.to_thread and a 5 s heartbeat, +300 s with a 300 s one; correct designs). The clock does
+not say which thread or task slept, so the script's own moves count up to OWN_MOVES in all (a heartbeat of a
+minute or less, jittered or drift-corrected too), or as one beat of a size it moved the clock by at least
+BEAT_REPEATS times in the run (a longer fixed heartbeat), whichever is more. A wait of the loop itself after the
+failure, one long sleep or a polling loop of short ones, makes a retry late by more than that and fails.
 
 A record retry_consumer.py hands back to callbacks.retry after a failed retry is a retry record too (LAB.md:
 retryTimes is 1 and 2 on the retry topic): its retryTimes is the failed attempts so far and its nextRetryTime
@@ -31,6 +33,7 @@ from retrylab.fixtures.retry_topics.callbacks import key, label
 from retrylab.verdict import fail
 
 SECONDS_NOT_MS = 10 ** 11       # an epoch time below this (year 5138 in seconds) is seconds, not milliseconds
+OWN_MOVES = 60.0                # virtual seconds of a script's own clock moves a due time may be late by
 BEAT_REPEATS = 20               # a clock move of one size made this often in a run is a heartbeat's beat (a run
                                 # has fewer than 10 retries; a heartbeat beats hundreds of times a second)
 
@@ -117,7 +120,7 @@ def check_next_time(main_run, callback, failure, record, later: bool = False) ->
     since = timeline.real_time(failure)
     own, other = ((main_run.retry_clock, main_run.main_clock) if record.produced.script == lab.RETRY_SCRIPT
                   else (main_run.main_clock, main_run.retry_clock))
-    moved = other.advanced_between(since, record.produced.at) + _beats_between(own, since, record.produced.at)
+    moved = other.advanced_between(since, record.produced.at) + _own_allowance(own, since, record.produced.at)
     low, high = expected - lab.NEXT_TIME_TOLERANCE, expected + lab.NEXT_TIME_TOLERANCE + moved
     if not low <= due <= high:
         seconds = value < SECONDS_NOT_MS
@@ -129,11 +132,14 @@ def check_next_time(main_run, callback, failure, record, later: bool = False) ->
                 tolerance=f"{lab.NEXT_TIME_TOLERANCE:g}"))
 
 
-def _beats_between(view, start: float, end: float) -> float:
-    """Virtual seconds a run's heartbeat beats (module docstring) moved the clock between two real times."""
+def _own_allowance(view, start: float, end: float) -> float:
+    """Virtual seconds of a run's own clock moves between two real times that a due time may be late by (module
+    docstring): all of them up to OWN_MOVES, or the largest single beat of a heartbeat, whichever is more."""
     advances = view.advances
     sizes = collections.Counter(a.seconds for a in advances)
-    return sum(a.seconds for a in advances if start <= a.at <= end and sizes[a.seconds] >= BEAT_REPEATS)
+    inside = [a.seconds for a in advances if start <= a.at <= end]
+    beat = max((s for s in inside if sizes[s] >= BEAT_REPEATS), default=0.0)
+    return max(min(sum(inside), OWN_MOVES), beat)
 
 
 def check_handed_back(main_run, record, on_topic) -> None:
