@@ -136,11 +136,8 @@ def test_a_scripts_own_moves_count_up_to_a_minute_or_as_one_heartbeat_beat(moves
     callback = new_callback("down")
     failure = START + lab.INTERVAL
     on_topic, _ = _first_and_second(callback, next_time=_ms(failure + lab.INTERVAL + late))
-    calls = [types.SimpleNamespace(t=t, offset=0.0, outcome="error", id=callback["orderId"]) for t in (START, failure)]
-    advances = [types.SimpleNamespace(at=failure + 0.005, seconds=s) for s in moves]
-    advances += [types.SimpleNamespace(at=-1.0, seconds=beat) for _ in range(30 if beat else 0)]
-    retry = types.SimpleNamespace(advances=tuple(advances), advanced_between=lambda start, end: sum(moves))
-    run = types.SimpleNamespace(calls_of=lambda c, run=None: calls, main_clock=_clock([]), retry_clock=retry)
+    run = _run(callback, [START, failure])
+    run.retry_clock = _clock(moves, beat=beat)
     if passes:
         retry_record.check_handed_back(run, on_topic[1], on_topic)
     else:
@@ -159,10 +156,9 @@ def test_a_scripts_own_wait_after_the_failure_does_not_excuse_a_late_due_time(sc
     moves = {"moved" if script == lab.RETRY_SCRIPT else "own": waited}     # the other's views: 0 s
     run = _run(callback, [START], **{"own" if script == lab.RETRY_SCRIPT else "moved": waited})
     with i18n.use("en"), pytest.raises(CheckFailed, match="not the interval"):
-        retry_record.check_next_time(run, callback, failure, record, later=script == lab.RETRY_SCRIPT)
+        retry_record.check_next_time(run, callback, failure, record)
     # the same wait made by the OTHER script is allowed for in full
-    retry_record.check_next_time(_run(callback, [START], **moves), callback, failure, record,
-                                 later=script == lab.RETRY_SCRIPT)
+    retry_record.check_next_time(_run(callback, [START], **moves), callback, failure, record)
 
 
 def test_an_unchanged_copy_put_back_before_any_new_failure_is_a_requeue_and_passes():

@@ -38,9 +38,9 @@ BEAT_REPEATS = 20               # a clock move of one size made this often in a 
                                 # has fewer than 10 retries; a heartbeat beats hundreds of times a second)
 
 
-def first_retry_record(main_run, callback):
+def first_retry_record(on_topic, callback):
     """The first record carrying `callback` that consumer.py produced to callbacks.retry (None: none)."""
-    own = [r for r in main_run.records(lab.RETRY_TOPIC) if r.callback is not None and r.callback == callback
+    own = [r for r in on_topic if r.callback is not None and r.callback == callback
            and r.produced is not None and r.produced.script == lab.MAIN_SCRIPT]
     return min(own, key=lambda r: r.produced.at) if own else None
 
@@ -55,8 +55,9 @@ def verify(main_run) -> None:
     failed = [(c, f) for c, f in failed if f is not None]
     if not failed:
         fail(tr("step2.no_failure", script=lab.MAIN_SCRIPT, how=observe.how_it_ran(main_run.main)))
+    on_topic = main_run.records(lab.RETRY_TOPIC)      # read and recognised once for the step
     for callback, failure in failed:
-        record = first_retry_record(main_run, callback)
+        record = first_retry_record(on_topic, callback)
         if record is None:
             fail(missing(main_run, callback))
         if record.key != key(callback):
@@ -64,7 +65,6 @@ def verify(main_run) -> None:
                     expected=key(callback).decode()))
         check_retry_times(callback, record)
         check_next_time(main_run, callback, failure, record)
-    on_topic = main_run.records(lab.RETRY_TOPIC)
     for record in on_topic:
         if record.produced is None or record.produced.script != lab.RETRY_SCRIPT:
             continue
@@ -105,9 +105,11 @@ def missing(main_run, callback) -> str:
               how=observe.how_it_ran(main_run.main))
 
 
-def check_next_time(main_run, callback, failure, record, later: bool = False) -> None:
-    """nextRetryTime = the failure's time + the interval; `later`: a record retry_consumer.py handed back."""
+def check_next_time(main_run, callback, failure, record) -> None:
+    """nextRetryTime = the failure's time + the interval, for consumer.py's record or one retry_consumer.py handed
+    back (its own messages)."""
     raw = record.fields.get(lab.NEXT_RETRY_TIME)
+    later = record.produced is not None and record.produced.script == lab.RETRY_SCRIPT
     prefix = "step3.later_" if later else "step3."
     if raw is None:
         fail(tr(prefix + "no_next_time", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME, got="-"))
@@ -118,7 +120,7 @@ def check_next_time(main_run, callback, failure, record, later: bool = False) ->
         fail(tr(prefix + "next_time_implausible", id=label(callback), where=record.where, name=lab.NEXT_RETRY_TIME,
                 got=records.shown(raw), expected=int(expected * 1000)))
     since = timeline.real_time(failure)
-    own, other = ((main_run.retry_clock, main_run.main_clock) if record.produced.script == lab.RETRY_SCRIPT
+    own, other = ((main_run.retry_clock, main_run.main_clock) if later
                   else (main_run.main_clock, main_run.retry_clock))
     moved = other.advanced_between(since, record.produced.at) + _own_allowance(own, since, record.produced.at)
     low, high = expected - lab.NEXT_TIME_TOLERANCE, expected + lab.NEXT_TIME_TOLERANCE + moved
@@ -157,7 +159,7 @@ def check_handed_back(main_run, record, on_topic) -> None:
     if record.retry_times != len(failures):
         fail(tr("step3.later_retry_times", id=label(callback), where=record.where, name=lab.RETRY_TIMES,
                 got=records.shown("-" if raw is None else raw), expected=len(failures), script=lab.RETRY_SCRIPT))
-    check_next_time(main_run, callback, failures[-1], record, later=True)
+    check_next_time(main_run, callback, failures[-1], record)
 
 
 def _requeued(record, on_topic, last_failure) -> bool:
